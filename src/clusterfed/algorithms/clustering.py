@@ -1,0 +1,110 @@
+"""Clusters and clusterings (thesis §2.2) and the result every algorithm returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from clusterfed.engine import StackedParams
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """C_j of thesis §2.2: devices ``D`` that use its model, supportive clusters ``sup``
+    (ids of clusters whose devices help train this model but do not use it)."""
+
+    id: int
+    devices: frozenset[int]
+    sup: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True)
+class Clustering:
+    """A clustering 𝒞: clusters whose device sets cover the federation without overlap.
+
+    ``params`` holds the cluster models stacked in the order of ``clusters``.
+    """
+
+    clusters: tuple[Cluster, ...]
+    params: StackedParams
+
+    def __post_init__(self) -> None:
+        seen: set[int] = set()
+        for c in self.clusters:
+            if seen & c.devices:
+                raise ValueError(f"device(s) {sorted(seen & c.devices)} are in two clusters")
+            seen |= c.devices
+
+    @property
+    def ids(self) -> list[int]:
+        return [c.id for c in self.clusters]
+
+    def index(self, cluster_id: int) -> int:
+        return self.ids.index(cluster_id)
+
+    def next_id(self) -> int:
+        return max(self.ids, default=-1) + 1
+
+    def model_of_device(self, n_devices: int) -> np.ndarray:
+        """Row of ``params`` serving each device (the cluster whose D holds it)."""
+        out = np.full(n_devices, -1, dtype=np.int64)
+        for i, c in enumerate(self.clusters):
+            out[sorted(c.devices)] = i
+        if (out < 0).any():
+            raise ValueError(f"devices {np.flatnonzero(out < 0).tolist()} are in no cluster")
+        return out
+
+    def partition(self) -> frozenset[frozenset[int]]:
+        """The device partition alone, for convergence checks."""
+        return frozenset(c.devices for c in self.clusters)
+
+    def training_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(model, device) pairs of thesis Alg. 4: each cluster trains on its own devices
+        and on the devices of its supportive clusters."""
+        by_id = {c.id: c for c in self.clusters}
+        models, devices = [], []
+        for i, c in enumerate(self.clusters):
+            members = set(c.devices)
+            for s in c.sup:
+                members |= by_id[s].devices
+            models += [i] * len(members)
+            devices += sorted(members)
+        return np.asarray(models, dtype=np.int64), np.asarray(devices, dtype=np.int64)
+
+    def with_params(self, params: StackedParams) -> "Clustering":
+        return replace(self, params=params)
+
+
+@dataclass
+class ColdStartResult:
+    """What an algorithm leaves after cold start: clusters, models and scores."""
+
+    algorithm: str
+    clusters: tuple[Cluster, ...]
+    params: StackedParams
+    model_of_device: np.ndarray
+    device_accuracy: np.ndarray
+    history: list[dict] = field(default_factory=list)
+    rejected_updates: int = 0
+
+    @property
+    def n_clusters(self) -> int:
+        return len(set(self.model_of_device.tolist()))
+
+    def clustering_json(self) -> dict:
+        """Devices and supportive clusters of each cluster, for people and DVC."""
+        return {
+            "algorithm": self.algorithm,
+            "n_clusters": self.n_clusters,
+            "clusters": [
+                {
+                    "id": c.id,
+                    "model_index": i,
+                    "devices": sorted(c.devices),
+                    "supportive_clusters": sorted(c.sup),
+                }
+                for i, c in enumerate(self.clusters)
+            ],
+            "model_of_device": self.model_of_device.tolist(),
+        }

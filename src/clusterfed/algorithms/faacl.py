@@ -1,0 +1,242 @@
+"""FAACL: Federated Adaptive Asymmetric Clustered Learning (thesis ch. 3, Alg. 1–6).
+
+Each step is a separate function named after its algorithm box:
+``cluster_initialization`` (Alg. 1), ``cluster_support`` (Alg. 2), ``cluster_merge``
+(Alg. 3) and ``cluster_train`` (Alg. 4); ``FAACL`` runs them flat (Alg. 5) or by
+hierarchical partition merge (Alg. 6).
+
+References
+----------
+Z. Zhang, "Asymmetric Clustering in Federated Continual Learning", MMath thesis,
+University of Waterloo, 2024, §3.2 and appendices A–B.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from clusterfed.algorithms.base import History, generators, result_from
+from clusterfed.algorithms.clustering import Cluster, Clustering, ColdStartResult
+from clusterfed.engine import Engine
+from clusterfed.engine.stacked import take
+from clusterfed.stats import support_pvalues
+
+
+def cluster_initialization(
+    engine: Engine, generator: torch.Generator, *, init_epochs: int
+) -> Clustering:
+    """Alg. 1: one random θ for all; every device forms a singleton cluster and trains
+    θ locally (``init_epochs`` epochs stand for the argmin)."""
+    n = engine.n_devices
+    params = engine.init_params(n, generator, distinct=False)
+    devices = np.arange(n)
+    params = engine.train(params, devices, devices, generator, epochs=init_epochs)
+    clusters = tuple(Cluster(id=d, devices=frozenset({d})) for d in range(n))
+    return Clustering(clusters=clusters, params=params)
+
+
+def cluster_support(
+    engine: Engine,
+    clustering: Clustering,
+    *,
+    alpha: float,
+    epsilon: float,
+    partition_of_device: np.ndarray | None = None,
+) -> Clustering:
+    """Alg. 2: C2 ∈ C1.sup iff every device of C1 finds C2's model no worse than C1's,
+    by the one-sided Wilcoxon test on its validation losses (ε tolerance, level α).
+
+    All cluster models are evaluated on all validation data in one batched forward.
+    Support sets are recomputed from scratch each call, so they always name current
+    clusters. With ``partition_of_device`` (H-FAACL), only clusters of the same
+    partition are compared.
+    """
+    clusters = clustering.clusters
+    losses = engine.losses(clustering.params, "val").cpu().numpy()  # [M, n, max_val]
+    counts = engine.data.val.counts.cpu().numpy()
+    partition = _partition_of_cluster(clusters, partition_of_device)
+    tests, own, other = [], [], []
+    for i, c1 in enumerate(clusters):
+        for j, c2 in enumerate(clusters):
+            if i == j or partition[i] != partition[j]:
+                continue
+            for d in c1.devices:
+                tests.append((i, j))
+                own.append(losses[i, d, : counts[d]])
+                other.append(losses[j, d, : counts[d]])
+    p = support_pvalues(own, other, epsilon)
+    rejected: set[tuple[int, int]] = {t for t, pv in zip(tests, p) if pv > alpha}
+    compared = set(tests)
+    new = tuple(
+        Cluster(
+            id=c1.id,
+            devices=c1.devices,
+            sup=frozenset(
+                clusters[j].id for j in range(len(clusters)) if (i, j) in compared - rejected
+            ),
+        )
+        for i, c1 in enumerate(clusters)
+    )
+    return Clustering(clusters=new, params=clustering.params)
+
+
+def cluster_merge(clustering: Clustering, rng: np.random.Generator) -> Clustering:
+    """Alg. 3: merge each pair of mutually supportive clusters (one merge per cluster
+    per call, in cluster order): C'.D = C1.D ∪ C2.D, C'.sup = C1.sup ∩ C2.sup and
+    C'.θ = the model of C1 or C2 at random — never their average (§3.2.2).
+
+    A cluster that listed both C1 and C2 as supporters lists C' instead; one that
+    listed only one of them drops it until the next support test.
+    """
+    clusters = list(clustering.clusters)
+    by_id = {c.id: c for c in clusters}
+    old: set[int] = set()
+    merged: dict[int, tuple[Cluster, int]] = {}  # C1.id -> (C', row of kept θ)
+    replaced: dict[frozenset[int], int] = {}
+    next_id = clustering.next_id()
+    for c1 in clusters:
+        if c1.id in old:
+            continue
+        for c2 in clusters:
+            if c2.id == c1.id or c2.id in old:
+                continue
+            if c1.id in c2.sup and c2.id in c1.sup:
+                keep = (c1, c2)[int(rng.integers(2))]
+                new = Cluster(id=next_id, devices=c1.devices | c2.devices, sup=c1.sup & c2.sup)
+                merged[c1.id] = (new, clustering.index(keep.id))
+                replaced[frozenset({c1.id, c2.id})] = next_id
+                old |= {c1.id, c2.id}
+                next_id += 1
+                break
+    if not merged:
+        return clustering
+    out, rows = [], []
+    for i, c in enumerate(clusters):
+        if c.id in merged:
+            new, row = merged[c.id]
+            out.append(new)
+            rows.append(row)
+        elif c.id not in old:
+            out.append(c)
+            rows.append(i)
+    out = [Cluster(c.id, c.devices, _remap_sup(c.sup, replaced, old)) for c in out]
+    return Clustering(clusters=tuple(out), params=take(clustering.params, rows))
+
+
+def cluster_train(engine: Engine, clustering: Clustering, generator: torch.Generator) -> Clustering:
+    """Alg. 4: every cluster model trains on its devices and its supporters' devices,
+    then becomes their |Z^train|-weighted average — all clusters in one engine call."""
+    models, devices = clustering.training_pairs()
+    return clustering.with_params(engine.train(clustering.params, models, devices, generator))
+
+
+class FAACL:
+    """Federated Adaptive Asymmetric Clustered Learning (thesis Alg. 5 and 6).
+
+    Parameters
+    ----------
+    alpha : float, default=0.1
+        Significance level α of the support test.
+    epsilon : float, default=0.7
+        Loss tolerance ε of the support test (Table B.1: MNIST S0–S2 0.7, A1 0.5, A2 0.4).
+    variant : {"flat", "hierarchical"}, default="flat"
+    init_epochs : int, default=5
+        Local epochs of Alg. 1's initial training.
+    epochs : int, default=300
+        Training rounds after the clustering has settled (Table B.1).
+    max_rounds : int, default=20
+        Cap on train/support/merge rounds of the flat loop, which otherwise runs
+        until the device partition stops changing.
+    rounds_per_level : int, default=3
+        Train/support/merge rounds per level of H-FAACL (the authors' code).
+    """
+
+    name = "faacl"
+
+    def __init__(
+        self,
+        *,
+        alpha: float = 0.1,
+        epsilon: float = 0.7,
+        variant: str = "flat",
+        init_epochs: int = 5,
+        epochs: int = 300,
+        max_rounds: int = 20,
+        rounds_per_level: int = 3,
+    ) -> None:
+        if variant not in ("flat", "hierarchical"):
+            raise ValueError(f"variant must be 'flat' or 'hierarchical', got {variant!r}")
+        self.alpha = alpha
+        self.epsilon = epsilon
+        self.variant = variant
+        self.init_epochs = init_epochs
+        self.epochs = epochs
+        self.max_rounds = max_rounds
+        self.rounds_per_level = rounds_per_level
+
+    def fit(self, engine: Engine, *, seed: int, progress: bool = False) -> ColdStartResult:
+        rng, gen = generators(seed)
+        n = engine.n_devices
+        levels = int(np.ceil(np.log2(max(n, 2)))) + 1
+        expected = self.epochs + (
+            self.max_rounds if self.variant == "flat" else levels * self.rounds_per_level
+        )
+        history = History(engine, self.name, expected, progress)
+        clustering = cluster_initialization(engine, gen, init_epochs=self.init_epochs)
+        if self.variant == "flat":
+            clustering = self._rounds(engine, clustering, None, rng, gen, history, None)
+        else:
+            clustering = self._hierarchical(engine, clustering, rng, gen, history)
+        for _ in range(self.epochs):
+            clustering = cluster_train(engine, clustering, gen)
+            history.record("training", clustering)
+        return result_from(self.name, engine, clustering, history)
+
+    def _rounds(self, engine, clustering, partition_of_device, rng, gen, history, n_rounds):
+        """Alg. 5's loop: train, support, merge until the partition settles (or n_rounds)."""
+        for _ in range(n_rounds or self.max_rounds):
+            before = clustering.partition()
+            clustering = cluster_train(engine, clustering, gen)
+            history.record("clustering", clustering)
+            clustering = cluster_support(
+                engine,
+                clustering,
+                alpha=self.alpha,
+                epsilon=self.epsilon,
+                partition_of_device=partition_of_device,
+            )
+            clustering = cluster_merge(clustering, rng)
+            if n_rounds is None and clustering.partition() == before:
+                break
+        return clustering
+
+    def _hierarchical(self, engine, clustering, rng, gen, history):
+        """Alg. 6: flat FAACL inside partitions that double in size each level.
+
+        Partition i is folded with partition len−1−i (the authors' code). Unlike the
+        box, whose loop stops once one partition is left, the last level also runs
+        flat FAACL, or the two final halves could never merge.
+        """
+        partition = np.arange(engine.n_devices)
+        while True:
+            clustering = self._rounds(
+                engine, clustering, partition, rng, gen, history, self.rounds_per_level
+            )
+            labels = np.unique(partition)
+            if len(labels) == 1:
+                return clustering
+            fold = {int(lab): min(k, len(labels) - 1 - k) for k, lab in enumerate(labels)}
+            partition = np.array([fold[int(p)] for p in partition])
+
+
+def _partition_of_cluster(clusters, partition_of_device) -> list[int]:
+    if partition_of_device is None:
+        return [0] * len(clusters)
+    return [int(partition_of_device[min(c.devices)]) for c in clusters]
+
+
+def _remap_sup(sup: frozenset[int], replaced: dict[frozenset[int], int], old: set[int]) -> frozenset[int]:
+    out = {s for s in sup if s not in old}
+    out |= {new for pair, new in replaced.items() if pair <= sup}
+    return frozenset(out)

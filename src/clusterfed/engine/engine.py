@@ -1,0 +1,139 @@
+"""The shared engine: local training, aggregation and evaluation of many models at once.
+
+Algorithms describe *which* model trains on *which* device's data (pairs) and how
+results are averaged; the engine runs all pairs in batched tensor operations
+(DESIGN.md §6). No algorithm loops over devices to train them one by one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from clusterfed.engine.aggregation import weighted_average
+from clusterfed.engine.evaluation import all_pairs_losses, own_model_accuracy
+from clusterfed.engine.local_sgd import local_sgd
+from clusterfed.engine.stacked import StackedParams, init_stacked, is_finite
+from clusterfed.engine.tensors import FederationTensors, PaddedSplit
+from clusterfed.models import build_model
+from clusterfed.scenarios import Federation
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Local SGD of thesis appendix B.3 / B.4 (MNIST: lr 0.01, L2 0.001, batch 10)."""
+
+    lr: float = 0.01
+    l2: float = 0.001
+    batch_size: int = 10
+    local_epochs: int = 1
+
+
+def select_device(name: str = "auto") -> torch.device:
+    """CUDA when available (``auto``), else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class Engine:
+    """Batched training and evaluation over one federation's data.
+
+    Parameters
+    ----------
+    federation : Federation
+    model : {"mlp", "cnn"}
+    training : TrainingConfig
+    hidden : int, default=128
+        Hidden width of the model.
+    device : str, default="auto"
+    """
+
+    def __init__(
+        self,
+        federation: Federation,
+        *,
+        model: str = "mlp",
+        training: TrainingConfig = TrainingConfig(),
+        hidden: int = 128,
+        device: str = "auto",
+    ) -> None:
+        self.device = select_device(device)
+        self.training = training
+        self.model: nn.Module = build_model(
+            model, federation.input_shape, federation.n_classes, hidden=hidden
+        ).to(self.device)
+        self.data = FederationTensors.from_federation(federation, self.device)
+        self.n_devices = federation.n_devices
+        self.rejected_updates = 0
+
+    def init_params(self, n_models: int, generator: torch.Generator, *, distinct: bool) -> StackedParams:
+        """``n_models`` starting models: one shared random θ (thesis Alg. 1) or distinct draws."""
+        return init_stacked(self.model, n_models, generator, distinct=distinct, device=self.device)
+
+    def train(
+        self,
+        params: StackedParams,
+        model_of_pair: np.ndarray,
+        device_of_pair: np.ndarray,
+        generator: torch.Generator,
+        *,
+        epochs: int | None = None,
+        data: PaddedSplit | None = None,
+    ) -> StackedParams:
+        """One communication round (thesis Alg. 4): pair p trains model ``model_of_pair[p]``
+        locally on device ``device_of_pair[p]``, then each model becomes the
+        |Z_d^train|-weighted average of its pairs. Models without pairs are unchanged.
+
+        Pairs whose update is not finite are left out of the average and counted in
+        ``rejected_updates`` (DESIGN.md §8), so one diverging device cannot poison a model.
+        ``data`` replaces the federation's training split (e.g. pooled groups).
+        """
+        data = self.data.train if data is None else data
+        if len(model_of_pair) == 0:
+            return params
+        model_idx = torch.as_tensor(model_of_pair, dtype=torch.long, device=self.device)
+        device_idx = torch.as_tensor(device_of_pair, dtype=torch.long, device=self.device)
+        start = {k: v.index_select(0, model_idx) for k, v in params.items()}
+        cfg = self.training
+        trained = local_sgd(
+            self.model,
+            start,
+            data,
+            device_idx,
+            epochs=cfg.local_epochs if epochs is None else epochs,
+            lr=cfg.lr,
+            l2=cfg.l2,
+            batch_size=cfg.batch_size,
+            generator=generator,
+        )
+        weights = data.counts.to(torch.float32)[device_idx]
+        finite = is_finite(trained)
+        if not bool(finite.all()):
+            self.rejected_updates += int((~finite).sum())
+            weights = torch.where(finite, weights, torch.zeros_like(weights))
+            trained = {k: torch.where(_expand(finite, v), v, 0.0) for k, v in trained.items()}
+        return weighted_average(trained, model_idx, weights, params)
+
+    def losses(self, params: StackedParams, split: str = "val") -> torch.Tensor:
+        """Per-sample losses ``[M, n_devices, max_n]`` of every model on every device."""
+        return all_pairs_losses(self.model, params, self.data.split(split))
+
+    def mean_losses(self, params: StackedParams, split: str = "train") -> torch.Tensor:
+        """Mean loss ``[M, n_devices]`` of every model on every device's split."""
+        data = self.data.split(split)
+        return (self.losses(params, split) * data.mask).sum(-1) / data.counts.clamp(min=1)
+
+    def accuracy(
+        self, params: StackedParams, model_of_device: np.ndarray, split: str = "test"
+    ) -> np.ndarray:
+        """Accuracy of each device's own model on its split, ``[n_devices]``."""
+        idx = torch.as_tensor(model_of_device, dtype=torch.long, device=self.device)
+        return own_model_accuracy(self.model, params, idx, self.data.split(split)).cpu().numpy()
+
+
+def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return mask.view(-1, *([1] * (like.dim() - 1)))

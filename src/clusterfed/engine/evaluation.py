@@ -1,0 +1,42 @@
+"""Per-sample losses and accuracies of many models on device data, in batched forwards."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from clusterfed.engine.stacked import StackedParams, n_models, stacked_forward, take
+from clusterfed.engine.tensors import PaddedSplit
+
+
+@torch.no_grad()
+def all_pairs_losses(
+    model: nn.Module, params: StackedParams, data: PaddedSplit, *, chunk: int = 8192
+) -> torch.Tensor:
+    """Cross-entropy of every model on every device's samples, ``[M, n_devices, max_n]``.
+
+    Each chunk of samples is pushed through all M models in one batched forward.
+    Entries past a device's count are padding (use ``data.mask``).
+    """
+    x = data.x.flatten(0, 1)
+    y = data.y.flatten()
+    out = []
+    for start in range(0, len(y), chunk):
+        logits = stacked_forward(model, params, x[start : start + chunk], shared_input=True)
+        yb = y[start : start + chunk]
+        out.append(
+            F.cross_entropy(logits.flatten(0, 1), yb.repeat(logits.shape[0]), reduction="none")
+            .view(logits.shape[0], -1)
+        )
+    return torch.cat(out, 1).view(n_models(params), *data.y.shape)
+
+
+@torch.no_grad()
+def own_model_accuracy(
+    model: nn.Module, params: StackedParams, model_of_device: torch.Tensor, data: PaddedSplit
+) -> torch.Tensor:
+    """Accuracy of device d's own model ``params[model_of_device[d]]`` on its data, ``[n]``."""
+    logits = stacked_forward(model, take(params, model_of_device), data.x, shared_input=False)
+    correct = (logits.argmax(-1) == data.y) & data.mask
+    return correct.sum(1) / data.counts.clamp(min=1)

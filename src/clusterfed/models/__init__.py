@@ -1,0 +1,160 @@
+"""Model architectures of thesis appendix B.3 and a small CNN.
+
+Each architecture is an ``nn.Module`` (one model, for serving and export) with a
+``stacked_forward`` that runs M copies at once on parameters stacked along a leading
+axis (the engine's layout, same names and per-model shapes as the module's
+``state_dict``). The stacked forward is written with batched matmuls and grouped
+convolutions rather than ``torch.func.vmap`` over the module: on CPU, vmap's
+batched ``linear`` backward was 3-4x slower for the thesis MLP.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+Params = dict[str, torch.Tensor]
+
+MODELS: tuple[str, ...] = ("mlp", "cnn")
+
+
+class MLP(nn.Module):
+    """Thesis B.3: one hidden ReLU layer and a softmax output (softmax lives in the loss)."""
+
+    def __init__(self, input_shape: tuple[int, ...], n_classes: int, *, hidden: int = 128):
+        super().__init__()
+        self.hidden = nn.Linear(math.prod(input_shape), hidden)
+        self.output = nn.Linear(hidden, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.output(torch.relu(self.hidden(x.flatten(1))))
+
+    @staticmethod
+    def stacked_forward(params: Params, x: torch.Tensor, *, shared_input: bool) -> torch.Tensor:
+        """Logits ``[M, N, K]``; x is ``[N, ...]`` (shared) or ``[M, N, ...]``."""
+        h = _stacked_linear(params["hidden.weight"], params["hidden.bias"], x, shared_input)
+        return _stacked_linear(params["output.weight"], params["output.bias"], h.relu(), False)
+
+    @staticmethod
+    @torch.no_grad()
+    def stacked_sgd_step(
+        params: Params,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        sample_weight: torch.Tensor,
+        *,
+        lr: float,
+        l2: float,
+    ) -> None:
+        """One in-place SGD step of M models on their own batches ``x [M, B, ...]``.
+
+        Analytic backward of ``Σ_b w_b·CE_b + l2·Σ‖W‖²`` with the weight gradients
+        accumulated straight into the parameters (``baddbmm_``): the engine's hot loop
+        then never materialises an [M, hidden, in] gradient. Equal to the autograd step
+        (tests/engine) within float tolerance. Models whose weights are all zero
+        (finished devices) are left untouched.
+        """
+        w1, b1, w2, b2 = (params[k] for k in ("hidden.weight", "hidden.bias", "output.weight", "output.bias"))
+        x = x.flatten(2)
+        z = torch.baddbmm(b1[:, None, :], x, w1.mT)
+        h = z.relu()
+        dlogits = torch.baddbmm(b2[:, None, :], h, w2.mT).softmax(-1)
+        dlogits.scatter_add_(-1, y[..., None], -torch.ones_like(y[..., None], dtype=x.dtype))
+        dlogits.mul_(sample_weight[..., None])
+        dh = torch.bmm(dlogits, w2).mul_(z > 0)
+        active = sample_weight.sum(1) > 0
+        decay = 1.0 - 2.0 * lr * l2
+        if bool(active.all()):
+            w2.baddbmm_(dlogits.mT, h, beta=decay, alpha=-lr)
+            w1.baddbmm_(dh.mT, x, beta=decay, alpha=-lr)
+        else:
+            factor = torch.where(active, decay, 1.0).to(x.dtype)[:, None, None]
+            w2.mul_(factor).baddbmm_(dlogits.mT, h, alpha=-lr)
+            w1.mul_(factor).baddbmm_(dh.mT, x, alpha=-lr)
+        b2.sub_(dlogits.sum(1), alpha=lr)
+        b1.sub_(dh.sum(1), alpha=lr)
+
+
+class CNN(nn.Module):
+    """Two 3x3 conv / max-pool blocks and a dense head, for CIFAR-sized inputs too."""
+
+    def __init__(self, input_shape: tuple[int, ...], n_classes: int, *, hidden: int = 128):
+        super().__init__()
+        channels, height, width = input_shape
+        self.conv1 = nn.Conv2d(channels, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.hidden = nn.Linear(32 * (height // 4) * (width // 4), hidden)
+        self.output = nn.Linear(hidden, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.output(torch.relu(self.hidden(x.flatten(1))))
+
+    @staticmethod
+    def stacked_forward(params: Params, x: torch.Tensor, *, shared_input: bool) -> torch.Tensor:
+        """Logits ``[M, N, K]`` by grouped convolutions (one group per model)."""
+        m = params["conv1.weight"].shape[0]
+        if shared_input:  # [N, C, H, W]: every model sees the same images
+            h = F.conv2d(x, params["conv1.weight"].flatten(0, 1), params["conv1.bias"].flatten())
+        else:  # [M, N, C, H, W] -> [N, M*C, H, W]
+            n = x.shape[1]
+            x = x.transpose(0, 1).reshape(n, -1, *x.shape[-2:])
+            h = F.conv2d(
+                x, params["conv1.weight"].flatten(0, 1), params["conv1.bias"].flatten(), groups=m
+            )
+        h = F.max_pool2d(h.relu(), 2)
+        h = F.conv2d(
+            h, params["conv2.weight"].flatten(0, 1), params["conv2.bias"].flatten(), groups=m
+        )
+        h = F.max_pool2d(h.relu(), 2)  # [N, M*32, h, w]
+        h = h.view(h.shape[0], m, -1).transpose(0, 1)  # [M, N, features]
+        h = _stacked_linear(params["hidden.weight"], params["hidden.bias"], h, False)
+        return _stacked_linear(params["output.weight"], params["output.bias"], h.relu(), False)
+
+
+def _stacked_linear(
+    weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, shared_input: bool
+) -> torch.Tensor:
+    """``x @ W_m^T + b_m`` for every model m; weight ``[M, out, in]`` as in ``nn.Linear``."""
+    m, out_features, _ = weight.shape
+    if shared_input:  # one GEMM [N, in] @ [in, M*out] instead of M copies of x
+        x = x.flatten(1)
+        return (x @ weight.flatten(0, 1).T).view(len(x), m, out_features).transpose(0, 1) + bias[
+            :, None
+        ]
+    return torch.baddbmm(bias[:, None, :], x.flatten(2), weight.mT)
+
+
+def build_model(
+    name: str, input_shape: tuple[int, ...], n_classes: int, *, hidden: int = 128
+) -> nn.Module:
+    """The architecture template ``name`` for inputs of ``input_shape`` (C, H, W)."""
+    if name == "mlp":
+        return MLP(input_shape, n_classes, hidden=hidden)
+    if name == "cnn":
+        return CNN(input_shape, n_classes, hidden=hidden)
+    raise ValueError(f"unknown model {name!r}; expected one of {MODELS}")
+
+
+def glorot_init_(module: nn.Module, generator: torch.Generator) -> None:
+    """Keras' defaults used by the thesis: Glorot-uniform kernels, zero biases."""
+    for name, p in module.named_parameters():
+        if name.endswith("bias"):
+            nn.init.zeros_(p)
+        else:
+            fan_out, fan_in = p.shape[0], math.prod(p.shape[1:])
+            if p.dim() > 2:  # conv kernel [out, in, kh, kw]
+                receptive = math.prod(p.shape[2:])
+                fan_in, fan_out = p.shape[1] * receptive, p.shape[0] * receptive
+            bound = math.sqrt(6.0 / (fan_in + fan_out))
+            with torch.no_grad():
+                p.uniform_(-bound, bound, generator=generator)
+
+
+def is_regularized(parameter_name: str) -> bool:
+    """L2 applies to kernels only, as Keras' ``kernel_regularizer`` in the thesis."""
+    return parameter_name.endswith("weight")

@@ -1,0 +1,13 @@
+"""Reproducible recipes that build a federation and its ground-truth groups."""
+
+from clusterfed.scenarios.federation import DeviceSplits, Federation
+from clusterfed.scenarios.static import SCENARIOS, NoiseParams, ScarcityParams, build_scenario
+
+__all__ = [
+    "SCENARIOS",
+    "DeviceSplits",
+    "Federation",
+    "NoiseParams",
+    "ScarcityParams",
+    "build_scenario",
+]

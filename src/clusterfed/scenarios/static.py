@@ -1,0 +1,172 @@
+"""The cold-start partitions S0, S1, S2, A1, A2 of thesis §3.3.2–3.3.3.
+
+Every device draws disjoint samples from the dataset's train pool (split into
+Z_d^train and Z_d^val) and test pool (Z_d^test); then the group's concept is applied:
+
+- ``S0``: natural IID data, one concept.
+- ``S1``: label ranges (two groups: labels 0–4 and 5–9). Following the authors'
+  code, out-of-range train / validation samples get a random in-range label and
+  out-of-range test samples are dropped.
+- ``S2``: predictor shift, group g maps y -> (y + g) mod K.
+- ``A1``: group 0 clean, the other groups get Gaussian + salt & pepper noise
+  (Table B.3) on all splits.
+- ``A2``: group 0 has abundant data; the other groups are scarce (``scarce_fraction``
+  of the samples) with a slightly different predictor: ``changed_class`` is
+  labelled ``changed_class + 1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from clusterfed.data import ArrayDataset
+from clusterfed.scenarios.federation import DeviceSplits, Federation
+from clusterfed.scenarios.noise import gaussian_and_salt_pepper
+
+SCENARIOS: tuple[str, ...] = ("S0", "S1", "S2", "A1", "A2")
+
+
+@dataclass(frozen=True)
+class NoiseParams:
+    """Table B.3 (MNIST column by default)."""
+
+    gaussian_mean: float = 0.0
+    gaussian_variance: float = 0.4
+    salt_pepper_density: float = 0.7
+
+
+@dataclass(frozen=True)
+class ScarcityParams:
+    """A2: share of the per-device samples a scarce device gets, and its changed class."""
+
+    scarce_fraction: float = 0.1
+    changed_class: int = 0
+
+
+def build_scenario(
+    dataset: ArrayDataset,
+    name: str,
+    *,
+    group_sizes: tuple[int, ...] | list[int],
+    seed: int,
+    samples_per_device: int | None = None,
+    test_samples_per_device: int | None = None,
+    val_fraction: float = 0.25,
+    noise: NoiseParams = NoiseParams(),
+    scarcity: ScarcityParams = ScarcityParams(),
+) -> Federation:
+    """Build a federation of ``sum(group_sizes)`` devices for scenario ``name``.
+
+    Parameters
+    ----------
+    dataset : ArrayDataset
+        Source images; train and test pools are kept apart.
+    name : {"S0", "S1", "S2", "A1", "A2"}
+    group_sizes : list of int
+        Devices per ground-truth group, in order (devices 0..g0-1 form group 0, ...).
+        ``S0`` has a single concept, so all its devices are in group 0.
+    seed : int
+        Seeds every random choice; the same seed gives the same federation.
+    samples_per_device : int, optional
+        Train + validation samples of a (non-scarce) device. Default: the train pool
+        split evenly over the devices.
+    test_samples_per_device : int, optional
+        Default: the test pool split evenly over the devices.
+    val_fraction : float, default=0.25
+        Share of a device's samples held out as Z_d^val (the authors' fixed 25%).
+    """
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r}; expected one of {SCENARIOS}")
+    sizes = [int(s) for s in group_sizes]
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"group_sizes must be positive integers, got {group_sizes}")
+    if name != "S0" and len(sizes) < 2:
+        raise ValueError(f"scenario {name} needs at least two groups, got group_sizes={sizes}")
+    if name == "S1" and len(sizes) > dataset.n_classes:
+        raise ValueError(f"S1 needs at most {dataset.n_classes} groups, got {len(sizes)}")
+    n_devices = sum(sizes)
+    groups = np.repeat(np.arange(len(sizes)), sizes)
+    if name == "S0":
+        groups = np.zeros(n_devices, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+
+    per_device = samples_per_device or len(dataset.y_train) // n_devices
+    per_device_test = test_samples_per_device or len(dataset.y_test) // n_devices
+    train_counts = np.full(n_devices, per_device)
+    if name == "A2":
+        scarce = max(2, int(round(per_device * scarcity.scarce_fraction)))
+        train_counts[groups > 0] = scarce
+    _check_pool("samples_per_device", int(train_counts.sum()), len(dataset.y_train))
+    _check_pool("test_samples_per_device", per_device_test * n_devices, len(dataset.y_test))
+
+    train_order = rng.permutation(len(dataset.y_train))
+    test_order = rng.permutation(len(dataset.y_test))
+    train_bounds = np.concatenate([[0], np.cumsum(train_counts)])
+    label_ranges = np.array_split(np.arange(dataset.n_classes), len(sizes))
+
+    devices = []
+    for d in range(n_devices):
+        g = int(groups[d])
+        idx = train_order[train_bounds[d] : train_bounds[d + 1]]
+        test_idx = test_order[d * per_device_test : (d + 1) * per_device_test]
+        x, y = dataset.x_train[idx], dataset.y_train[idx].copy()
+        x_test, y_test = dataset.x_test[test_idx], dataset.y_test[test_idx].copy()
+
+        if name == "S1":
+            in_range = label_ranges[g]
+            out = ~np.isin(y, in_range)
+            y[out] = rng.choice(in_range, size=int(out.sum()))
+            keep = np.isin(y_test, in_range)
+            x_test, y_test = x_test[keep], y_test[keep]
+        elif name == "S2":
+            y = (y + g) % dataset.n_classes
+            y_test = (y_test + g) % dataset.n_classes
+        elif name == "A1" and g > 0:
+            kw = dict(
+                mean=noise.gaussian_mean,
+                variance=noise.gaussian_variance,
+                density=noise.salt_pepper_density,
+                rng=rng,
+            )
+            x = gaussian_and_salt_pepper(x, **kw)
+            x_test = gaussian_and_salt_pepper(x_test, **kw)
+        elif name == "A2" and g > 0:
+            c = scarcity.changed_class
+            y[y == c] = (c + 1) % dataset.n_classes
+            y_test[y_test == c] = (c + 1) % dataset.n_classes
+
+        n_val = max(1, int(round(len(y) * val_fraction)))
+        devices.append(
+            DeviceSplits(
+                x_train=x[n_val:],
+                y_train=y[n_val:],
+                x_val=x[:n_val],
+                y_val=y[:n_val],
+                x_test=x_test,
+                y_test=y_test,
+            )
+        )
+    return Federation(
+        devices=tuple(devices),
+        groups=groups.astype(np.int64),
+        n_classes=dataset.n_classes,
+        input_shape=tuple(dataset.x_train.shape[1:]),
+        scenario=name,
+        dataset=dataset.name,
+        seed=seed,
+        description={
+            "group_sizes": sizes,
+            "samples_per_device": per_device,
+            "test_samples_per_device": per_device_test,
+            "val_fraction": val_fraction,
+        },
+    )
+
+
+def _check_pool(key: str, needed: int, available: int) -> None:
+    if needed > available:
+        raise ValueError(
+            f"{key}: the devices need {needed} samples but the dataset pool has {available}"
+        )
