@@ -31,7 +31,8 @@ class History:
     def __init__(self, engine: Engine, algorithm: str, total: int, progress: bool) -> None:
         self.engine = engine
         self.rows: list[dict] = []
-        self.bar = tqdm(total=total, desc=algorithm, disable=not progress, leave=False)
+        # disable=None: bars only on a terminal, so logs (DVC, CI) get the summary lines only.
+        self.bar = tqdm(total=total, desc=algorithm, disable=None if progress else True, leave=False)
 
     def record(self, phase: str, clustering: Clustering) -> None:
         model_of_device = clustering.model_of_device(self.engine.n_devices)

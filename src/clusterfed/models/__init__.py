@@ -99,16 +99,18 @@ class CNN(nn.Module):
         """Logits ``[M, N, K]`` by grouped convolutions (one group per model)."""
         m = params["conv1.weight"].shape[0]
         if shared_input:  # [N, C, H, W]: every model sees the same images
-            h = F.conv2d(x, params["conv1.weight"].flatten(0, 1), params["conv1.bias"].flatten())
+            h = F.conv2d(
+                x, params["conv1.weight"].flatten(0, 1), params["conv1.bias"].flatten(), padding=1
+            )
         else:  # [M, N, C, H, W] -> [N, M*C, H, W]
             n = x.shape[1]
             x = x.transpose(0, 1).reshape(n, -1, *x.shape[-2:])
             h = F.conv2d(
-                x, params["conv1.weight"].flatten(0, 1), params["conv1.bias"].flatten(), groups=m
+                x, params["conv1.weight"].flatten(0, 1), params["conv1.bias"].flatten(), padding=1, groups=m
             )
         h = F.max_pool2d(h.relu(), 2)
         h = F.conv2d(
-            h, params["conv2.weight"].flatten(0, 1), params["conv2.bias"].flatten(), groups=m
+            h, params["conv2.weight"].flatten(0, 1), params["conv2.bias"].flatten(), padding=1, groups=m
         )
         h = F.max_pool2d(h.relu(), 2)  # [N, M*32, h, w]
         h = h.view(h.shape[0], m, -1).transpose(0, 1)  # [M, N, features]

@@ -1,0 +1,225 @@
+"""Reproduce the MNIST column of the thesis' cold-start tables (Tables 3.3-3.6).
+
+For each (scenario, seed) the federation (20 devices, two ground-truth groups of 10)
+and one Engine are built once; then each algorithm runs and one JSON line is appended
+to ``--out`` right away, so partial results survive an interruption. Runs already in
+the file (same scenario, algorithm, seed and epochs) are skipped: re-running the same
+command resumes.
+
+Hyperparameters (thesis Table B.1, MNIST): lr 0.01, L2 0.001, batch 10, one local
+epoch per round, 300 rounds, alpha 0.1, epsilon 0.7 (S1/S2), 0.5 (A1), 0.4 (A2);
+IFCA starts with 5 clusters; FAACL is the flat variant with 5 initial local epochs.
+
+    .venv/bin/python benchmarks/thesis_mnist.py --scenarios S1 S2 A1 A2 \\
+        --algorithms faacl fedavg ifca local centralized --seeds 10 55 2077 \\
+        --epochs 300 --out benchmarks/out/thesis_mnist.jsonl
+    .venv/bin/python benchmarks/thesis_mnist.py --summarize --out benchmarks/out/thesis_mnist.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+ALGORITHMS = ("faacl", "fedavg", "ifca", "local", "centralized")
+SCENARIOS = ("S1", "S2", "A1", "A2")
+EPSILON = {"S0": 0.7, "S1": 0.7, "S2": 0.7, "A1": 0.5, "A2": 0.4}
+ALPHA = 0.1
+IFCA_CLUSTERS = 5
+
+# Thesis Tables 3.3-3.6, MNIST column: accuracy % [clusters]. Local has no figure.
+THESIS = {
+    "S1": {"centralized": (94.85, 2), "fedavg": (81.86, 1), "ifca": (91.16, 5), "faacl": (93.44, 2)},
+    "S2": {"centralized": (97.06, 2), "fedavg": (51.36, 1), "ifca": (94.36, 4), "faacl": (95.73, 2)},
+    "A1": {"centralized": (78.39, 2), "fedavg": (70.33, 1), "ifca": (69.90, 5), "faacl": (75.12, 4)},
+    "A2": {"centralized": (97.32, 2), "fedavg": (89.77, 1), "ifca": (95.35, 3), "faacl": (96.01, 5)},
+}
+LABEL = {"faacl": "FAACL", "fedavg": "FedAvg", "ifca": "IFCA", "local": "Local", "centralized": "Centralize"}
+
+
+def make_algorithm(name: str, scenario: str, fed, epochs: int):
+    from clusterfed.algorithms import FAACL, IFCA, Centralized, FedAvg, Local
+
+    if name == "faacl":
+        return FAACL(alpha=ALPHA, epsilon=EPSILON[scenario], init_epochs=5, epochs=epochs, variant="flat")
+    if name == "fedavg":
+        return FedAvg(epochs=epochs)
+    if name == "ifca":
+        return IFCA(n_clusters=IFCA_CLUSTERS, epochs=epochs)
+    if name == "local":
+        return Local(epochs=epochs)
+    if name == "centralized":
+        return Centralized(fed.groups, epochs=epochs)
+    raise ValueError(name)
+
+
+def read_rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut off by a kill: ignore it, the run reruns
+                pass
+    return rows
+
+
+def append_row(path: Path, row: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def run(args) -> None:
+    import torch
+    from sklearn.metrics import adjusted_rand_score
+
+    from clusterfed.data import load_dataset
+    from clusterfed.engine import Engine, TrainingConfig
+    from clusterfed.scenarios import build_scenario
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    done = {(r["scenario"], r["algorithm"], r["seed"], r["epochs"]) for r in read_rows(out)}
+    ds = load_dataset("mnist", args.root)
+    training = TrainingConfig(lr=0.01, l2=0.001, batch_size=10, local_epochs=1)
+    for scenario in args.scenarios:
+        for seed in args.seeds:
+            todo = [a for a in args.algorithms if (scenario, a, seed, args.epochs) not in done]
+            if not todo:
+                continue
+            fed = build_scenario(ds, scenario, group_sizes=args.group_sizes, seed=seed)
+            eng = Engine(fed, model="mlp", training=training, hidden=128, device=args.device)
+            for name in todo:
+                eng.rejected_updates = 0
+                algo = make_algorithm(name, scenario, fed, args.epochs)
+                print(f"[{datetime.now():%H:%M:%S}] {scenario} seed {seed} {name} ...", flush=True)
+                t0 = time.perf_counter()
+                res = algo.fit(eng, seed=seed, progress=False)
+                wall = time.perf_counter() - t0
+                acc = res.device_accuracy
+                hist = res.history
+                row = {
+                    "scenario": scenario,
+                    "algorithm": name,
+                    "seed": seed,
+                    "epochs": args.epochs,
+                    "accuracy_mean": float(acc.mean()),
+                    "accuracy_device": [round(float(a), 4) for a in acc],
+                    "n_clusters": int(res.n_clusters),
+                    "ari": float(adjusted_rand_score(fed.groups, res.model_of_device)),
+                    "model_of_device": res.model_of_device.tolist(),
+                    "wall_s": wall,
+                    "epsilon": EPSILON[scenario] if name == "faacl" else None,
+                    "alpha": ALPHA if name == "faacl" else None,
+                    "ifca_clusters": IFCA_CLUSTERS if name == "ifca" else None,
+                    "clustering_rounds": sum(h["phase"] == "clustering" for h in hist),
+                    "rejected_updates": int(res.rejected_updates),
+                    "history_accuracy": [round(h["accuracy"], 4) for h in hist],
+                    "history_n_clusters": [h["n_clusters"] for h in hist],
+                    "group_sizes": list(args.group_sizes),
+                    "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    "host": platform.node(),
+                    "torch_threads": torch.get_num_threads(),
+                }
+                append_row(out, row)
+                done.add((scenario, name, seed, args.epochs))
+                print(
+                    f"    acc {row['accuracy_mean']:.4f}  clusters {row['n_clusters']}  "
+                    f"ARI {row['ari']:.3f}  wall {wall:.1f}s  (clustering rounds "
+                    f"{row['clustering_rounds']}, rejected {row['rejected_updates']})",
+                    flush=True,
+                )
+
+
+def _cell(rows: list[dict]) -> str:
+    acc = np.array([r["accuracy_mean"] for r in rows]) * 100
+    se = acc.std(ddof=1) / np.sqrt(len(acc)) if len(acc) > 1 else float("nan")
+    k = [r["n_clusters"] for r in rows]
+    ks = str(k[0]) if len(set(k)) == 1 else "/".join(map(str, k))
+    se_s = f"{se:.2f}" if np.isfinite(se) else "n/a"
+    n = "" if len(rows) == 3 else f" (n={len(rows)})"
+    return f"{acc.mean():.2f} ± {se_s} [{ks}]{n}"
+
+
+def summarize(args) -> None:
+    rows = [r for r in read_rows(Path(args.out)) if r["epochs"] == args.epochs]
+    by = {}
+    for r in rows:
+        if r["seed"] in args.seeds:
+            by.setdefault((r["algorithm"], r["scenario"]), []).append(r)
+    scen = [s for s in args.scenarios]
+    print(f"MNIST, {args.epochs} rounds, seeds {args.seeds}: mean test accuracy % ± stderr over seeds "
+          "[clusters per seed]; thesis figure beside (Tables 3.3-3.6).\n")
+    head = "| algorithm | " + " | ".join(f"{s} ours | {s} thesis" for s in scen) + " |"
+    print(head)
+    print("|---" * (1 + 2 * len(scen)) + "|")
+    for a in args.algorithms:
+        cells = []
+        for s in scen:
+            got = by.get((a, s))
+            cells.append(_cell(sorted(got, key=lambda r: r["seed"])) if got else "not run")
+            th = THESIS.get(s, {}).get(a)
+            cells.append(f"{th[0]:.2f} [{th[1]}]" if th else "—")
+        print(f"| {LABEL[a]} | " + " | ".join(cells) + " |")
+
+    print("\nAdjusted Rand index vs ground-truth groups (mean over seeds) and wall time per run (mean s):\n")
+    print("| algorithm | " + " | ".join(f"{s} ARI | {s} wall s" for s in scen) + " |")
+    print("|---" * (1 + 2 * len(scen)) + "|")
+    for a in args.algorithms:
+        cells = []
+        for s in scen:
+            got = by.get((a, s))
+            if got:
+                cells.append(f"{np.mean([r['ari'] for r in got]):.3f}")
+                cells.append(f"{np.mean([r['wall_s'] for r in got]):.0f}")
+            else:
+                cells += ["—", "—"]
+        print(f"| {LABEL[a]} | " + " | ".join(cells) + " |")
+
+    missing = [
+        f"{s}/{a}/seed {sd}"
+        for s in scen
+        for a in args.algorithms
+        for sd in args.seeds
+        if not any(r["seed"] == sd for r in by.get((a, s), []))
+    ]
+    print(f"\nruns present: {sum(len(v) for v in by.values())}; missing: {len(missing)}")
+    if missing:
+        print("missing runs: " + ", ".join(missing))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=["S0", *SCENARIOS])
+    ap.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=ALGORITHMS)
+    ap.add_argument("--seeds", nargs="+", type=int, default=[10, 55, 2077])
+    ap.add_argument("--epochs", type=int, default=300)
+    ap.add_argument("--group-sizes", nargs="+", type=int, default=[10, 10])
+    ap.add_argument("--root", default="/work/shared/datasets")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+    ap.add_argument("--out", default="benchmarks/out/thesis_mnist.jsonl")
+    ap.add_argument("--summarize", action="store_true", help="print the comparison table and exit")
+    args = ap.parse_args()
+    if args.summarize:
+        summarize(args)
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()

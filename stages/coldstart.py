@@ -1,0 +1,6 @@
+"""DVC stage `coldstart`: read params.yaml, run `clusterfed.pipeline.coldstart`, write the declared outs."""
+
+from clusterfed.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main(["coldstart"]))

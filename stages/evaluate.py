@@ -1,0 +1,6 @@
+"""DVC stage `evaluate`: read params.yaml, run `clusterfed.pipeline.evaluate`, write the declared outs."""
+
+from clusterfed.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main(["evaluate"]))

@@ -1,0 +1,6 @@
+"""DVC stage `partition`: read params.yaml, run `clusterfed.pipeline.partition`, write the declared outs."""
+
+from clusterfed.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main(["partition"]))
