@@ -1,0 +1,105 @@
+"""FAACL's steps (thesis Alg. 1–6) on constructed clusterings and real digits data."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import adjusted_rand_score
+
+from clusterfed.algorithms import (
+    FAACL,
+    Cluster,
+    Clustering,
+    cluster_initialization,
+    cluster_merge,
+    cluster_support,
+    cluster_train,
+)
+from clusterfed.engine import Engine, TrainingConfig
+from clusterfed.scenarios import build_scenario
+
+
+def _clustering(sups: dict[int, set[int]]) -> Clustering:
+    """Singleton clusters 0..k-1 whose model is a scalar equal to its id."""
+    clusters = tuple(Cluster(id=i, devices=frozenset({i}), sup=frozenset(s)) for i, s in sups.items())
+    return Clustering(clusters, {"w": torch.arange(len(sups), dtype=torch.float32)[:, None]})
+
+
+def test_one_way_support_is_kept_and_not_merged():
+    c = _clustering({0: {1}, 1: set()})  # 1 supports 0, but not the other way round
+    out = cluster_merge(c, np.random.default_rng(0))
+    assert out is c
+    assert out.clusters[0].sup == {1} and out.clusters[1].sup == set()
+
+
+def test_mutual_support_merges_devices_intersects_sup_and_keeps_one_model():
+    c = _clustering({0: {1, 2}, 1: {0, 2}, 2: set(), 3: {0, 1}})
+    kept = set()
+    for seed in range(20):
+        out = cluster_merge(c, np.random.default_rng(seed))
+        assert [sorted(k.devices) for k in out.clusters] == [[0, 1], [2], [3]]
+        merged = out.clusters[0]
+        assert merged.id == 4 and merged.sup == {2}
+        # cluster 3 listed both merged clusters: it now lists the merged one
+        assert out.clusters[2].sup == {4}
+        value = float(out.params["w"][0])
+        assert value in (0.0, 1.0)  # one parent's model, never the average 0.5
+        kept.add(value)
+    assert kept == {0.0, 1.0}  # chosen at random
+
+
+def test_each_cluster_merges_at_most_once_per_call():
+    c = _clustering({0: {1, 2}, 1: {0, 2}, 2: {0, 1}})  # all mutually supportive
+    out = cluster_merge(c, np.random.default_rng(0))
+    assert sorted(sorted(k.devices) for k in out.clusters) == [[0, 1], [2]]
+
+
+@pytest.fixture(scope="module")
+def s2_engine(digits):
+    fed = build_scenario(digits, "S2", group_sizes=[3, 3], seed=10)
+    return fed, Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+
+
+def test_support_on_trained_models_follows_the_concepts(s2_engine):
+    fed, engine = s2_engine
+    gen = torch.Generator().manual_seed(0)
+    clustering = cluster_initialization(engine, gen, init_epochs=40)
+    clustering = cluster_support(engine, clustering, alpha=0.1, epsilon=0.5)
+    for c in clustering.clusters:
+        (d,) = c.devices
+        same = {e for e in range(fed.n_devices) if e != d and fed.groups[e] == fed.groups[d]}
+        assert c.sup == same  # same-concept models support, shifted-label ones never
+
+
+def test_support_is_restricted_to_partitions(s2_engine):
+    _, engine = s2_engine
+    clustering = cluster_initialization(engine, torch.Generator().manual_seed(0), init_epochs=40)
+    partition = np.array([0, 1, 0, 1, 0, 1])
+    out = cluster_support(engine, clustering, alpha=0.1, epsilon=0.5, partition_of_device=partition)
+    for c in out.clusters:
+        (d,) = c.devices
+        assert all(partition[s] == partition[d] for s in c.sup)
+
+
+def test_cluster_train_uses_supporters_data(s2_engine):
+    _, engine = s2_engine
+    clustering = cluster_initialization(engine, torch.Generator().manual_seed(0), init_epochs=1)
+    clustering = Clustering(
+        tuple(Cluster(c.id, c.devices, frozenset({1}) if c.id == 0 else frozenset()) for c in clustering.clusters),
+        clustering.params,
+    )
+    models, devices = clustering.training_pairs()
+    assert devices[models == 0].tolist() == [0, 1]  # cluster 0 trains on device 1's data too
+    assert devices[models == 1].tolist() == [1]
+    trained = cluster_train(engine, clustering, torch.Generator().manual_seed(1))
+    assert not torch.equal(trained.params["output.bias"], clustering.params["output.bias"])
+
+
+@pytest.mark.parametrize("variant", ["flat", "hierarchical"])
+def test_faacl_recovers_the_two_s2_groups_on_digits(digits, variant):
+    fed = build_scenario(digits, "S2", group_sizes=[5, 5], seed=55)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    result = FAACL(alpha=0.1, epsilon=0.5, init_epochs=40, epochs=30, variant=variant).fit(engine, seed=55)
+    assert result.n_clusters == 2
+    assert adjusted_rand_score(fed.groups, result.model_of_device) == 1.0
+    assert result.device_accuracy.mean() > 0.9
+    assert result.history[-1]["phase"] == "training" and len(result.history) >= 31

@@ -1,0 +1,55 @@
+"""params.yaml is validated on load: bad keys are named and nothing runs or is written."""
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clusterfed.cli import main
+from clusterfed.config import ParamsError, load_params, parse_params
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_repository_params_are_valid():
+    params = load_params(REPO / "params.yaml")
+    assert params.data.dataset == "digits"
+    assert params.coldstart.algorithms == ["faacl", "fedavg", "ifca", "local", "centralized"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"coldstart": {"faacl": {"alpha": 1.5}}}, "coldstart.faacl.alpha: Input should be less than 1"),
+        ({"training": {"lr": "fast"}}, "training.lr: Input should be a valid number"),
+        ({"scenario": {"nmae": "S1"}}, "scenario.nmae: unknown key"),
+        ({"scenario": {"name": "S7"}}, "scenario.name: Input should be"),
+        ({"training": {"batch_size": 0}}, "training.batch_size: Input should be greater than 0"),
+        ({"coldstart": {"algorithms": ["faacl", "faacl"]}}, "coldstart.algorithms: Value error, algorithms listed twice"),
+        ({"seeds": []}, "seeds: List should have at least 1 item"),
+        ({"data": {"dataset": "mnist"}}, "data.root: required"),
+    ],
+)
+def test_bad_values_name_the_key(raw, message):
+    with pytest.raises(ParamsError, match=message.replace("(", r"\(")):
+        parse_params(raw)
+
+
+def test_cli_refuses_bad_params_before_any_work(tmp_path, capsys):
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["coldstart"]["faacl"]["epsilon"] = -1
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main(["partition"]) == 2
+    finally:
+        os.chdir(cwd)
+    assert "coldstart.faacl.epsilon" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]  # nothing written
+
+
+def test_missing_params_file_is_named(tmp_path):
+    with pytest.raises(ParamsError, match="nope.yaml: file not found"):
+        load_params(tmp_path / "nope.yaml")
