@@ -5,8 +5,8 @@ with mini-batch SGD. All pairs step together: a step gathers one batch per pair
 into ``[P, B, ...]`` and updates every pair in one batched forward/backward.
 Devices with fewer samples finish their epoch early and are masked out of the
 remaining steps, and partial last batches average over their valid samples only,
-so each pair follows the trajectory it would follow alone
-(``reference.sequential_local_sgd``).
+so each pair follows the trajectory it would follow alone (the device-by-device
+reference in ``tests/engine/test_engine.py``).
 """
 
 from __future__ import annotations

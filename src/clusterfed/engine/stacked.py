@@ -41,10 +41,6 @@ def take(params: StackedParams, index: torch.Tensor | list[int]) -> StackedParam
     return {k: v.index_select(0, index) for k, v in params.items()}
 
 
-def concat(parts: list[StackedParams]) -> StackedParams:
-    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-
-
 def n_models(params: StackedParams) -> int:
     return next(iter(params.values())).shape[0]
 

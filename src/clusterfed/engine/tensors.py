@@ -37,11 +37,6 @@ class FederationTensors:
     def n_devices(self) -> int:
         return int(self.train.counts.shape[0])
 
-    @property
-    def n_train(self) -> torch.Tensor:
-        """|Z_d^train| per device, the weights of thesis Alg. 4's average."""
-        return self.train.counts.to(torch.float32)
-
     def split(self, name: str) -> PaddedSplit:
         if name not in ("train", "val", "test"):
             raise ValueError(f"unknown split {name!r}; expected 'train', 'val' or 'test'")
