@@ -74,12 +74,58 @@ def read_rows(path: Path) -> list[dict]:
     return rows
 
 
-def append_row(path: Path, row: dict) -> None:
+def _key(row: dict) -> tuple:
+    return (row["scenario"], row["algorithm"], row["seed"], row["epochs"])
+
+
+def _claim(out: Path, key: tuple) -> bool:
+    """Record in ``<out>.claims`` that this process runs ``key``; False when a live
+    process already claimed it (several workers sharing one out file)."""
+    import fcntl
+
+    path = out.with_name(out.name + ".claims")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as f:
-        f.write(json.dumps(row) + "\n")
+    with path.open("a+") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        f.seek(0)
+        for line in f.read().splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if tuple(entry["key"]) == key and entry["pid"] != os.getpid() and _alive(entry["pid"]):
+                return False
+        f.write(json.dumps({"key": list(key), "pid": os.getpid()}) + "\n")
         f.flush()
-        os.fsync(f.fileno())
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def append_row(path: Path, row: dict) -> None:
+    """One O_APPEND write of the whole line under an exclusive lock, so several workers
+    can share one out file without interleaving lines."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = (json.dumps(row) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def run(args) -> None:
@@ -104,6 +150,12 @@ def run(args) -> None:
             fed = build_scenario(ds, scenario, group_sizes=args.group_sizes, seed=seed)
             eng = Engine(fed, model="mlp", training=training, hidden=128, device=args.device)
             for name in todo:
+                key = (scenario, name, seed, args.epochs)
+                # another worker on the same out file may have done or started it meanwhile
+                if key in {_key(r) for r in read_rows(out)} or not _claim(out, key):
+                    print(f"[{datetime.now():%H:%M:%S}] {scenario} seed {seed} {name}: done or "
+                          "running elsewhere, skipped", flush=True)
+                    continue
                 eng.rejected_updates = 0
                 algo = make_algorithm(name, scenario, fed, args.epochs)
                 print(f"[{datetime.now():%H:%M:%S}] {scenario} seed {seed} {name} ...", flush=True)
@@ -157,8 +209,11 @@ def _cell(rows: list[dict]) -> str:
 
 def summarize(args) -> None:
     rows = [r for r in read_rows(Path(args.out)) if r["epochs"] == args.epochs]
-    by = {}
+    by, seen = {}, set()
     for r in rows:
+        if _key(r) in seen:  # a run done twice (two workers): keep the first
+            continue
+        seen.add(_key(r))
         if r["seed"] in args.seeds:
             by.setdefault((r["algorithm"], r["scenario"]), []).append(r)
     scen = [s for s in args.scenarios]
