@@ -8,6 +8,7 @@ from pathlib import Path
 
 from clusterfed import pipeline
 from clusterfed.config import ParamsError, load_params
+from clusterfed.tracking import commands
 
 PARTITIONS = Path("data/partitions")
 COLDSTART = Path("data/coldstart")
@@ -23,7 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("partition", help="stage 1: build the federations")
     sub.add_parser("coldstart", help="stage 2: cluster and train (FAACL and baselines)")
     sub.add_parser("evaluate", help="stage 3: metrics and plots")
+    commands.add_parser(sub)  # `clusterfed models …` (MLflow registry)
     args = parser.parse_args(argv)
+    if args.command == "models":
+        return commands.run(args, args.params)
     try:
         params = load_params(args.params)
     except ParamsError as exc:

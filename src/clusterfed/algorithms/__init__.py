@@ -8,6 +8,7 @@ from clusterfed.algorithms.faacl import (
     cluster_merge,
     cluster_support,
     cluster_train,
+    settle_clusters,
 )
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "cluster_merge",
     "cluster_support",
     "cluster_train",
+    "settle_clusters",
 ]

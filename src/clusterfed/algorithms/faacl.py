@@ -131,6 +131,35 @@ def cluster_train(engine: Engine, clustering: Clustering, generator: torch.Gener
     return clustering.with_params(engine.train(clustering.params, models, devices, generator))
 
 
+def settle_clusters(
+    engine: Engine,
+    clustering: Clustering,
+    *,
+    alpha: float,
+    epsilon: float,
+    rng: np.random.Generator,
+    generator: torch.Generator,
+    max_rounds: int,
+    until_stable: bool = True,
+    partition_of_device: np.ndarray | None = None,
+    history: History | None = None,
+) -> Clustering:
+    """Alg. 5's loop: train, support, merge until the device partition stops changing
+    (``until_stable``) or for ``max_rounds`` rounds."""
+    for _ in range(max_rounds):
+        before = clustering.partition()
+        clustering = cluster_train(engine, clustering, generator)
+        if history is not None:
+            history.record("clustering", clustering)
+        clustering = cluster_support(
+            engine, clustering, alpha=alpha, epsilon=epsilon, partition_of_device=partition_of_device
+        )
+        clustering = cluster_merge(clustering, rng)
+        if until_stable and clustering.partition() == before:
+            break
+    return clustering
+
+
 class FAACL:
     """Federated Adaptive Asymmetric Clustered Learning (thesis Alg. 5 and 6).
 
@@ -194,22 +223,18 @@ class FAACL:
         return result_from(self.name, engine, clustering, history)
 
     def _rounds(self, engine, clustering, partition_of_device, rng, gen, history, n_rounds):
-        """Alg. 5's loop: train, support, merge until the partition settles (or n_rounds)."""
-        for _ in range(n_rounds or self.max_rounds):
-            before = clustering.partition()
-            clustering = cluster_train(engine, clustering, gen)
-            history.record("clustering", clustering)
-            clustering = cluster_support(
-                engine,
-                clustering,
-                alpha=self.alpha,
-                epsilon=self.epsilon,
-                partition_of_device=partition_of_device,
-            )
-            clustering = cluster_merge(clustering, rng)
-            if n_rounds is None and clustering.partition() == before:
-                break
-        return clustering
+        return settle_clusters(
+            engine,
+            clustering,
+            alpha=self.alpha,
+            epsilon=self.epsilon,
+            rng=rng,
+            generator=gen,
+            max_rounds=n_rounds or self.max_rounds,
+            until_stable=n_rounds is None,
+            partition_of_device=partition_of_device,
+            history=history,
+        )
 
     def _hierarchical(self, engine, clustering, rng, gen, history):
         """Alg. 6: flat FAACL inside partitions that double in size each level.

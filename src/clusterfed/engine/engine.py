@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from clusterfed.engine.aggregation import weighted_average
-from clusterfed.engine.evaluation import all_pairs_losses, own_model_accuracy
+from clusterfed.engine.evaluation import all_pairs_losses, own_model_accuracy, own_model_losses
 from clusterfed.engine.local_sgd import local_sgd
 from clusterfed.engine.stacked import StackedParams, init_stacked, is_finite
 from clusterfed.engine.tensors import FederationTensors, PaddedSplit
@@ -121,6 +121,20 @@ class Engine:
     def losses(self, params: StackedParams, split: str = "val") -> torch.Tensor:
         """Per-sample losses ``[M, n_devices, max_n]`` of every model on every device."""
         return all_pairs_losses(self.model, params, self.data.split(split))
+
+    def own_losses(self, params: StackedParams, model_of_device: np.ndarray, split: str = "val") -> torch.Tensor:
+        """Per-sample losses ``[n_devices, max_n]`` of each device's own model on its split."""
+        idx = torch.as_tensor(model_of_device, dtype=torch.long, device=self.device)
+        return own_model_losses(self.model, params, idx, self.data.split(split))
+
+    def sample_losses(self, params: StackedParams, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Per-sample losses ``[M, N]`` of every model on arbitrary samples (e.g. memory)."""
+        split = PaddedSplit(
+            x=torch.as_tensor(x, device=self.device)[None],
+            y=torch.as_tensor(y, device=self.device)[None],
+            counts=torch.as_tensor([len(y)], device=self.device),
+        )
+        return all_pairs_losses(self.model, params, split)[:, 0].cpu().numpy()
 
     def mean_losses(self, params: StackedParams, split: str = "train") -> torch.Tensor:
         """Mean loss ``[M, n_devices]`` of every model on every device's split."""

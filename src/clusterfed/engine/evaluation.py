@@ -40,3 +40,12 @@ def own_model_accuracy(
     logits = stacked_forward(model, take(params, model_of_device), data.x, shared_input=False)
     correct = (logits.argmax(-1) == data.y) & data.mask
     return correct.sum(1) / data.counts.clamp(min=1)
+
+
+@torch.no_grad()
+def own_model_losses(
+    model: nn.Module, params: StackedParams, model_of_device: torch.Tensor, data: PaddedSplit
+) -> torch.Tensor:
+    """Per-sample losses ``[n, max_n]`` of device d's own model ``params[model_of_device[d]]``."""
+    logits = stacked_forward(model, take(params, model_of_device), data.x, shared_input=False)
+    return F.cross_entropy(logits.flatten(0, 1), data.y.flatten(), reduction="none").view_as(data.y)

@@ -1,7 +1,13 @@
 """Reproducible recipes that build a federation and its ground-truth groups."""
 
 from clusterfed.scenarios.federation import DeviceSplits, Federation
-from clusterfed.scenarios.static import SCENARIOS, NoiseParams, ScarcityParams, build_scenario
+from clusterfed.scenarios.static import (
+    SCENARIOS,
+    NoiseParams,
+    ScarcityParams,
+    build_scenario,
+    federation_from_concepts,
+)
 
 __all__ = [
     "SCENARIOS",
@@ -10,4 +16,5 @@ __all__ = [
     "NoiseParams",
     "ScarcityParams",
     "build_scenario",
+    "federation_from_concepts",
 ]

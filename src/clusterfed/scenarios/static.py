@@ -84,12 +84,51 @@ def build_scenario(
         raise ValueError(f"group_sizes must be positive integers, got {group_sizes}")
     if name != "S0" and len(sizes) < 2:
         raise ValueError(f"scenario {name} needs at least two groups, got group_sizes={sizes}")
-    if name == "S1" and len(sizes) > dataset.n_classes:
-        raise ValueError(f"S1 needs at most {dataset.n_classes} groups, got {len(sizes)}")
-    n_devices = sum(sizes)
     groups = np.repeat(np.arange(len(sizes)), sizes)
     if name == "S0":
-        groups = np.zeros(n_devices, dtype=np.int64)
+        groups = np.zeros(len(groups), dtype=np.int64)
+    fed = federation_from_concepts(
+        dataset,
+        name,
+        groups,
+        n_concepts=len(sizes),
+        seed=seed,
+        samples_per_device=samples_per_device,
+        test_samples_per_device=test_samples_per_device,
+        val_fraction=val_fraction,
+        noise=noise,
+        scarcity=scarcity,
+    )
+    fed.description["group_sizes"] = sizes
+    return fed
+
+
+def federation_from_concepts(
+    dataset: ArrayDataset,
+    name: str,
+    concepts: np.ndarray,
+    *,
+    n_concepts: int,
+    seed: int,
+    samples_per_device: int | None = None,
+    test_samples_per_device: int | None = None,
+    val_fraction: float = 0.25,
+    noise: NoiseParams = NoiseParams(),
+    scarcity: ScarcityParams = ScarcityParams(),
+) -> Federation:
+    """A federation where device d holds data of concept ``concepts[d]`` of scenario ``name``.
+
+    Concept c of S1 is the c-th of ``n_concepts`` label ranges, of S2 the label shift
+    c; concept 0 of A1/A2 is the clean/abundant one, any other the noisy/scarce one.
+    Static scenarios use the ground-truth groups as concepts; continual schedules
+    call this once per timestep with that timestep's column.
+    """
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r}; expected one of {SCENARIOS}")
+    if name == "S1" and n_concepts > dataset.n_classes:
+        raise ValueError(f"S1 needs at most {dataset.n_classes} groups, got {n_concepts}")
+    concepts = np.asarray(concepts, dtype=np.int64)
+    n_devices = len(concepts)
     rng = np.random.default_rng(seed)
 
     per_device = samples_per_device or len(dataset.y_train) // n_devices
@@ -97,18 +136,18 @@ def build_scenario(
     train_counts = np.full(n_devices, per_device)
     if name == "A2":
         scarce = max(2, int(round(per_device * scarcity.scarce_fraction)))
-        train_counts[groups > 0] = scarce
+        train_counts[concepts > 0] = scarce
     _check_pool("samples_per_device", int(train_counts.sum()), len(dataset.y_train))
     _check_pool("test_samples_per_device", per_device_test * n_devices, len(dataset.y_test))
 
     train_order = rng.permutation(len(dataset.y_train))
     test_order = rng.permutation(len(dataset.y_test))
     train_bounds = np.concatenate([[0], np.cumsum(train_counts)])
-    label_ranges = np.array_split(np.arange(dataset.n_classes), len(sizes))
+    label_ranges = np.array_split(np.arange(dataset.n_classes), n_concepts)
 
     devices = []
     for d in range(n_devices):
-        g = int(groups[d])
+        g = int(concepts[d])
         idx = train_order[train_bounds[d] : train_bounds[d + 1]]
         test_idx = test_order[d * per_device_test : (d + 1) * per_device_test]
         x, y = dataset.x_train[idx], dataset.y_train[idx].copy()
@@ -150,14 +189,13 @@ def build_scenario(
         )
     return Federation(
         devices=tuple(devices),
-        groups=groups.astype(np.int64),
+        groups=concepts,
         n_classes=dataset.n_classes,
         input_shape=tuple(dataset.x_train.shape[1:]),
         scenario=name,
         dataset=dataset.name,
         seed=seed,
         description={
-            "group_sizes": sizes,
             "samples_per_device": per_device,
             "test_samples_per_device": per_device_test,
             "val_fraction": val_fraction,

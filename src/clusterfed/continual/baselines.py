@@ -1,0 +1,148 @@
+"""Continual baselines of thesis §4.3: FedAvg and FedDrift.
+
+References
+----------
+E. Jothimurugesan, K. Hsieh, J. Wang, G. Joshi, P. B. Gibbons, "Federated Learning
+under Distributed Concept Drift", AISTATS 2023 (FedDrift). The thesis' loss-based
+re-implementation merges clusters i, j when max(L_ij − L_ii, L_ji − L_jj, 0) < δ.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from clusterfed.algorithms import Cluster, Clustering, cluster_train
+from clusterfed.algorithms.base import generators
+from clusterfed.continual.memory import Memory, merge_lineage
+from clusterfed.continual.state import ContinualState, timestep_seed
+from clusterfed.engine import Engine
+
+
+class ContinualFedAvg:
+    """One global model that keeps training through every timestep."""
+
+    name = "fedavg"
+
+    def __init__(self, *, epochs: int = 100) -> None:
+        self.epochs = epochs
+
+    def cold_start(self, engine: Engine, *, seed: int) -> ContinualState:
+        _, gen = generators(timestep_seed(seed, 0))
+        everyone = Cluster(0, frozenset(range(engine.n_devices)))
+        state = ContinualState(
+            Clustering((everyone,), engine.init_params(1, gen, distinct=False)), Memory.empty(engine.n_devices)
+        )
+        return self.step(state, engine, t=0, seed=seed)
+
+    def step(self, state: ContinualState, engine: Engine, *, t: int, seed: int) -> ContinualState:
+        _, gen = generators(timestep_seed(seed, t))
+        clustering = state.clustering
+        for _ in range(self.epochs):
+            clustering = cluster_train(engine, clustering, gen)
+        return ContinualState(clustering, state.memory)
+
+
+class FedDrift:
+    """FedDrift, loss-based as re-implemented in the thesis (Tables B.1/B.4: δ = 3).
+
+    At t = 0 every device is new: it trains a model locally (``init_epochs``) as a
+    singleton cluster. At each later timestep, a device whose validation loss under
+    its cluster model rose by more than ``drift_threshold`` since the end of the
+    previous timestep has drifted and founds a new cluster with a locally trained
+    model; every other device takes the existing model with the lowest loss on its
+    new data. Then clusters merge, closest pair first with complete
+    linkage, while D_ij = max(L_ij − L_ii, L_ji − L_jj, 0) < δ, where L_ij is the loss
+    of model i on cluster j's data; a merged model is the |Z^train|-weighted average.
+    """
+
+    name = "feddrift"
+
+    def __init__(
+        self, *, delta: float = 3.0, drift_threshold: float = 0.5, epochs: int = 100, init_epochs: int = 5
+    ) -> None:
+        self.delta = delta
+        self.drift_threshold = drift_threshold
+        self.epochs = epochs
+        self.init_epochs = init_epochs
+
+    def cold_start(self, engine: Engine, *, seed: int) -> ContinualState:
+        state = ContinualState(Clustering((), {}), Memory.empty(engine.n_devices))
+        state.device_values["loss"] = np.full(engine.n_devices, -np.inf)  # everyone is new
+        return self.step(state, engine, t=0, seed=seed)
+
+    def step(self, state: ContinualState, engine: Engine, *, t: int, seed: int) -> ContinualState:
+        _, gen = generators(timestep_seed(seed, t))
+        n = engine.n_devices
+        previous = state.clustering
+        if previous.clusters:
+            losses = engine.mean_losses(previous.params, "val").cpu().numpy()  # [M, n]
+            current = losses[previous.model_of_device(n), np.arange(n)]
+            drifted = current - state.device_values["loss"] > self.drift_threshold
+            best = losses.argmin(0)
+        else:
+            drifted, best = np.ones(n, dtype=bool), np.zeros(n, dtype=int)
+        clusters = [
+            Cluster(c.id, frozenset(d for d in range(n) if not drifted[d] and best[d] == i))
+            for i, c in enumerate(previous.clusters)
+        ]
+        founders = np.flatnonzero(drifted).tolist()
+        next_id = previous.next_id()
+        clusters += [Cluster(next_id + k, frozenset({d})) for k, d in enumerate(founders)]
+        fresh = engine.init_params(len(founders), gen, distinct=False)
+        fresh = engine.train(fresh, np.arange(len(founders)), np.asarray(founders), gen, epochs=self.init_epochs)
+        params = {k: torch.cat([previous.params[k], fresh[k]]) if previous.clusters else fresh[k] for k in fresh}
+        clustering = Clustering(tuple(clusters), params)
+        before = {c.id: c.devices for c in clustering.clusters}
+        clustering = self._merge(engine, clustering)
+        for _ in range(self.epochs):
+            clustering = cluster_train(engine, clustering, gen)
+        state.memory.lineage.update(merge_lineage(before, {c.id: c.devices for c in clustering.clusters}))
+        return self._finish(ContinualState(clustering, state.memory), engine)
+
+    def _merge(self, engine: Engine, clustering: Clustering) -> Clustering:
+        """Complete-linkage merging of clusters with devices while D_ij < δ."""
+        n = engine.n_devices
+        members = [sorted(c.devices) for c in clustering.clusters]
+        losses = engine.mean_losses(clustering.params, "val").cpu().numpy()  # [M, n]
+        weights = engine.data.train.counts.cpu().numpy().astype(float)
+        active = [i for i, m in enumerate(members) if m]
+        loss_on = {(i, j): float(np.average(losses[i, members[j]], weights=weights[members[j]])) for i in active for j in active}
+        groups = {i: [i] for i in active}  # representative -> original rows
+
+        def distance(a: list[int], b: list[int]) -> float:
+            return max(
+                max(loss_on[i, j] - loss_on[i, i], loss_on[j, i] - loss_on[j, j], 0.0) for i in a for j in b
+            )
+
+        while len(groups) > 1:
+            keys = sorted(groups)
+            pairs = [(distance(groups[a], groups[b]), a, b) for x, a in enumerate(keys) for b in keys[x + 1 :]]
+            dist, a, b = min(pairs)
+            if dist >= self.delta:
+                break
+            groups[a] += groups.pop(b)
+        clusters, rows, merged_params = [], [], {k: [] for k in clustering.params}
+        for i, c in enumerate(clustering.clusters):
+            if i in groups:
+                parts = groups[i]
+                devices = frozenset().union(*(clustering.clusters[r].devices for r in parts))
+                w = torch.tensor([weights[members[r]].sum() for r in parts], dtype=torch.float32)
+                for k, v in clustering.params.items():
+                    stacked = v[parts]
+                    merged_params[k].append((stacked * (w / w.sum()).view(-1, *[1] * (v.dim() - 1))).sum(0))
+                clusters.append(Cluster(c.id, devices))
+            elif not c.devices:
+                for k, v in clustering.params.items():
+                    merged_params[k].append(v[i])
+                clusters.append(c)
+        return Clustering(tuple(clusters), {k: torch.stack(v) for k, v in merged_params.items()})
+
+    @staticmethod
+    def _finish(state: ContinualState, engine: Engine) -> ContinualState:
+        """Remember each device's loss at the end of the timestep, for drift detection."""
+        n = engine.n_devices
+        rows = state.clustering.model_of_device(n)
+        losses = engine.mean_losses(state.clustering.params, "val").cpu().numpy()
+        state.device_values["loss"] = losses[rows, np.arange(n)]
+        return state

@@ -1,0 +1,92 @@
+"""Checkpoints of a continual run: one directory per finished timestep, no pickle.
+
+Tensors (cluster models, memory samples, extras) go to ``state.safetensors``; the
+structure (clusters, memory index, lineage, per-timestep metrics) to ``state.json``.
+A checkpoint directory is written under a temporary name and renamed when complete,
+so a run interrupted mid-write resumes from the previous timestep.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from clusterfed.algorithms import Cluster, Clustering
+from clusterfed.continual.memory import Memory, MemoryEntry
+from clusterfed.continual.state import ContinualState
+
+
+def save_checkpoint(directory: Path, t: int, state: ContinualState, rows: list[dict], fingerprint: str) -> None:
+    final = Path(directory) / f"t_{t:03d}"
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    tensors = {f"params.{k}": v.detach().cpu().contiguous() for k, v in state.clustering.params.items()}
+    entries = []
+    for d, mem in enumerate(state.memory.device):
+        entries.append([{"t": e.t, "cluster": e.cluster} for e in mem])
+        for i, e in enumerate(mem):
+            tensors[f"memory.{d}.{i}.x"] = torch.as_tensor(e.x).contiguous()
+            tensors[f"memory.{d}.{i}.y"] = torch.as_tensor(e.y).contiguous()
+    for name, params in state.extras.items():
+        tensors.update({f"extra.{name}.{k}": v.detach().cpu().contiguous() for k, v in params.items()})
+    save_file(tensors, str(tmp / "state.safetensors"))
+    meta = {
+        "t": t,
+        "fingerprint": fingerprint,
+        "clusters": [{"id": c.id, "devices": sorted(c.devices), "sup": sorted(c.sup)} for c in state.clustering.clusters],
+        "memory": entries,
+        "cluster_memory": {str(c): {str(t_): ds for t_, ds in m.items()} for c, m in state.memory.cluster.items()},
+        "lineage": {str(k): v for k, v in state.memory.lineage.items()},
+        "extras": sorted(state.extras),
+        "device_values": {k: v.tolist() for k, v in state.device_values.items()},
+        "rows": rows,
+    }
+    (tmp / "state.json").write_text(json.dumps(meta))
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+
+
+def latest_checkpoint(directory: Path, fingerprint: str) -> tuple[int, ContinualState, list[dict]] | None:
+    """The newest complete checkpoint written with the same ``fingerprint``, if any."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    for path in sorted(directory.glob("t_[0-9][0-9][0-9]"), reverse=True):
+        meta_path = path / "state.json"
+        if not meta_path.is_file():
+            continue
+        meta = json.loads(meta_path.read_text())
+        if meta["fingerprint"] != fingerprint:
+            return None
+        return meta["t"], _load_state(path, meta), meta["rows"]
+    return None
+
+
+def _load_state(path: Path, meta: dict) -> ContinualState:
+    tensors = load_file(str(path / "state.safetensors"))
+    params = {k[len("params.") :]: v for k, v in tensors.items() if k.startswith("params.")}
+    clusters = tuple(Cluster(c["id"], frozenset(c["devices"]), frozenset(c["sup"])) for c in meta["clusters"])
+    device = [
+        [
+            MemoryEntry(e["t"], e["cluster"], tensors[f"memory.{d}.{i}.x"].numpy(), tensors[f"memory.{d}.{i}.y"].numpy())
+            for i, e in enumerate(entries)
+        ]
+        for d, entries in enumerate(meta["memory"])
+    ]
+    memory = Memory(
+        device=device,
+        cluster={int(c): {int(t): ds for t, ds in m.items()} for c, m in meta["cluster_memory"].items()},
+        lineage={int(k): v for k, v in meta["lineage"].items()},
+    )
+    extras = {
+        name: {k.split(".", 2)[2]: v for k, v in tensors.items() if k.startswith(f"extra.{name}.")}
+        for name in meta["extras"]
+    }
+    values = {k: np.asarray(v) for k, v in meta["device_values"].items()}
+    return ContinualState(Clustering(clusters, params), memory, extras, values)

@@ -1,0 +1,89 @@
+"""Runs a continual algorithm through timesteps 0..T with a checkpoint per timestep."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from clusterfed.continual.checkpoint import latest_checkpoint, save_checkpoint
+from clusterfed.continual.schedules import recurrences
+from clusterfed.continual.state import ContinualAlgorithm, ContinualState
+from clusterfed.engine import Engine
+
+
+def run_continual(
+    algorithm: ContinualAlgorithm,
+    engine_at: Callable[[int], Engine],
+    schedule: np.ndarray,
+    *,
+    seed: int,
+    checkpoint_dir: Path,
+    fingerprint: str,
+    progress: bool = False,
+    stop_after: int | None = None,
+) -> tuple[list[dict], ContinualState]:
+    """Cold start at t = 0, then one ``step`` per timestep; resumable.
+
+    ``engine_at(t)`` builds the engine over timestep t's data (devices get new data
+    each timestep). After each finished timestep the state and the metric rows are
+    checkpointed; a rerun with the same ``fingerprint`` resumes after the newest
+    checkpoint and ends with the same result. ``stop_after`` ends the run early
+    (used to test resumption).
+    """
+    timesteps = schedule.shape[1] - 1
+    resumed = latest_checkpoint(checkpoint_dir, fingerprint)
+    if resumed is None:
+        start, state, rows = 0, None, []
+    else:
+        last, state, rows = resumed
+        start = last + 1
+    bar = tqdm(range(start, timesteps + 1), desc=algorithm.name, disable=None if progress else True, leave=False)
+    for t in bar:
+        engine = engine_at(t)
+        if t == 0:
+            state = algorithm.cold_start(engine, seed=seed)
+        else:
+            state = algorithm.step(state, engine, t=t, seed=seed)
+        rows.append(_row(t, state, engine, schedule))
+        save_checkpoint(checkpoint_dir, t, state, rows, fingerprint)
+        bar.set_postfix(acc=f"{rows[-1]['accuracy']:.3f}", clusters=rows[-1]["n_clusters"])
+        if stop_after is not None and t >= stop_after:
+            break
+    return rows, state
+
+
+def _row(t: int, state: ContinualState, engine: Engine, schedule: np.ndarray) -> dict:
+    n = engine.n_devices
+    accuracy = engine.accuracy(state.clustering.params, state.clustering.model_of_device(n))
+    cluster_of = state.cluster_of_device(n)
+    return {
+        "t": t,
+        "accuracy": float(accuracy.mean()),
+        "device_accuracy": [round(float(a), 6) for a in accuracy],
+        "n_clusters": len(set(cluster_of.tolist())),
+        "n_models": len(state.clustering.clusters),
+        "cluster_of_device": cluster_of.tolist(),
+        "concept_of_device": schedule[:, t].tolist(),
+    }
+
+
+def concept_reuse_rate(rows: list[dict], schedule: np.ndarray, resolve: Callable[[int], int]) -> float | None:
+    """Share of recurrences (a device's concept seen before) served by the cluster that
+    served that concept at its last occurrence (majority of its devices, merges
+    followed through ``resolve``). None when the schedule has no recurrence."""
+    events = recurrences(schedule)
+    if not events:
+        return None
+    hits = 0
+    for d, t in events:
+        c = schedule[d, t]
+        last = max(u for u in range(t) if c in schedule[:, u])
+        served = Counter(
+            resolve(rows[last]["cluster_of_device"][e]) for e in range(schedule.shape[0]) if schedule[e, last] == c
+        ).most_common(1)[0][0]
+        hits += resolve(rows[t]["cluster_of_device"][d]) == served
+    return hits / len(events)

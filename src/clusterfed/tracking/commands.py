@@ -1,0 +1,119 @@
+"""``clusterfed models …``: register stage outputs, list, look up and run cluster models.
+
+Lookups default to the experiment, first algorithm and first seed of ``params.yaml``;
+with ``--experiment`` given, ``--algorithm``/``--seed`` may be left out only when the
+experiment holds one of each. Anything the registry does not hold exits with status 1
+and a message saying what it does hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from clusterfed.config import Params, ParamsError, load_params
+
+CONTINUAL = Path("data/continual")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    models = sub.add_parser("models", help="model registry: register, list, lookup, predict")
+    cmds = models.add_subparsers(dest="models_command", required=True)
+    cmds.add_parser("register", help="log the finished stages as one MLflow run and register every cluster model")
+    ls = cmds.add_parser("list", help="registered cluster models and the version each has in service")
+    ls.add_argument("--experiment", help="only this experiment (default: all)")
+    ls.add_argument("--all", action="store_true", help="every version, not only those in service")
+    for name, text in (("lookup", "the model serving a device"), ("predict", "run a device's model on an input file")):
+        p = cmds.add_parser(name, help=text)
+        p.add_argument("--device", type=int, required=True)
+        p.add_argument("--timestep", type=int, help="continual timestep (default: the model in service now)")
+        p.add_argument("--experiment", help="MLflow experiment (default: that of params.yaml)")
+        p.add_argument("--algorithm", help="default: the first in params.yaml")
+        p.add_argument("--seed", type=int, help="default: the first in params.yaml")
+        if name == "predict":
+            p.add_argument("input", type=Path, help=".npy array of images [N, C, H, W] scaled as the dataset loader does")
+            p.add_argument("--output", type=Path, help="write labels to this .npy or .csv (default: print them)")
+
+
+def run(args: argparse.Namespace, params_path: str) -> int:
+    from clusterfed import tracking  # MLflow is imported only for these commands
+    from clusterfed.tracking import registry
+
+    params = _params_or_none(params_path)
+    client = tracking.get_client(".")
+    if args.models_command == "register":
+        if params is None:
+            return _fail(f"{params_path}: needed to register the stage outputs")
+        from clusterfed.cli import COLDSTART, METRICS, PARTITIONS, PLOTS
+
+        tracker = tracking.track_outputs(
+            params, partitions_dir=PARTITIONS, coldstart_dir=COLDSTART, metrics_path=METRICS,
+            plots_dir=PLOTS, continual_dir=CONTINUAL, tags={"clusterfed.runner": "cli"},
+        )
+        print(f"logged run {tracker.run_id} in experiment {tracker.experiment!r} ({tracker.tracking_uri})")
+        return 0
+    if args.models_command == "list":
+        rows = registry.in_experiment(client, args.experiment)
+        rows = rows if args.all else [m for m in rows if m.aliases]
+        if not rows:
+            return _fail(f"no registered models{f' in {args.experiment!r}' if args.experiment else ''}")
+        _print_models(rows)
+        return 0
+
+    experiment, algorithm, seed = args.experiment, args.algorithm, args.seed
+    if experiment is None:
+        if params is None:
+            return _fail(f"{params_path} not usable; pass --experiment")
+        experiment = tracking.experiment_name(params)
+        algorithm = algorithm or params.coldstart.algorithms[0]
+        seed = params.seeds[0] if seed is None else seed
+    try:
+        served = tracking.lookup(
+            client, args.device, experiment=experiment, algorithm=algorithm, seed=seed, timestep=args.timestep
+        )
+    except tracking.LookupFailed as exc:
+        return _fail(str(exc))
+    if args.models_command == "lookup":
+        _print_models([served])
+        return 0
+
+    if not args.input.is_file():
+        return _fail(f"{args.input}: file not found")
+    try:
+        x = np.load(args.input, allow_pickle=False)
+        labels = tracking.load_model(client, served).predict(x)
+    except ValueError as exc:
+        return _fail(f"{args.input}: {exc}")
+    print(f"{served.name} version {served.version} (cluster {served.cluster}): {len(labels)} predictions", file=sys.stderr)
+    if args.output is None:
+        print("\n".join(map(str, labels.tolist())))
+    elif args.output.suffix == ".csv":
+        args.output.write_text("label\n" + "".join(f"{v}\n" for v in labels.tolist()))
+    else:
+        np.save(args.output, labels)
+    return 0
+
+
+def _print_models(rows: list) -> None:
+    print(f"{'model':<48} {'version':>7} {'timestep':>8} {'cluster':>7} {'accuracy':>8}  {'aliases':<12} devices | supportive")
+    for m in rows:
+        acc = "-" if m.accuracy is None else f"{m.accuracy:.4f}"
+        print(
+            f"{m.name:<48} {m.version:>7} {m.timestep:>8} {m.cluster:>7} {acc:>8}  {','.join(m.aliases) or '-':<12} "
+            f"{m.devices} | {m.supportive_clusters}"
+        )
+
+
+def _params_or_none(path: str) -> Params | None:
+    try:
+        return load_params(path)
+    except ParamsError:
+        return None
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1

@@ -1,0 +1,99 @@
+"""One cluster model on disk: ``model.safetensors`` plus ``spec.json``, never pickle.
+
+This is the format of every model in the registry. ``spec.json`` names the
+architecture and its shape arguments, so loading rebuilds the ``nn.Module`` from
+``clusterfed.models.build_model`` and fills it from the safetensors state dict:
+no code is ever executed from a file (DESIGN §8). MLflow only stores the folder;
+this module does not import it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from clusterfed.models import build_model
+
+FORMAT = "clusterfed-cluster-model/1"
+WEIGHTS = "model.safetensors"
+SPEC = "spec.json"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What ``build_model`` needs, plus where the model came from (for people)."""
+
+    architecture: str
+    input_shape: tuple[int, ...]
+    n_classes: int
+    hidden: int
+    provenance: dict = field(default_factory=dict)
+    format: str = FORMAT
+
+    @classmethod
+    def from_json(cls, text: str) -> "ModelSpec":
+        raw = json.loads(text)
+        if raw.get("format") != FORMAT:
+            raise ValueError(f"not a clusterfed cluster model (format {raw.get('format')!r}, expected {FORMAT!r})")
+        return cls(
+            architecture=raw["architecture"],
+            input_shape=tuple(int(s) for s in raw["input_shape"]),
+            n_classes=int(raw["n_classes"]),
+            hidden=int(raw["hidden"]),
+            provenance=dict(raw.get("provenance", {})),
+        )
+
+
+@dataclass
+class ClusterModel:
+    """A loaded cluster model: the module (eval mode) and its spec."""
+
+    module: nn.Module
+    spec: ModelSpec
+
+    @torch.no_grad()
+    def predict(self, x: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Class labels of ``x``, shaped ``[N, *input_shape]`` (flat ``[N, prod]`` is accepted)."""
+        x = torch.as_tensor(np.asarray(x, dtype=np.float32))
+        n_features = int(np.prod(self.spec.input_shape))
+        if x.ndim < 2 or x[0].numel() != n_features:
+            raise ValueError(
+                f"expected inputs of shape [N, {', '.join(map(str, self.spec.input_shape))}] "
+                f"({n_features} values each), got {tuple(x.shape)}"
+            )
+        return self.module(x.reshape(len(x), *self.spec.input_shape)).argmax(-1).numpy()
+
+
+def cluster_state_dict(stacked: dict[str, torch.Tensor], index: int) -> dict[str, torch.Tensor]:
+    """Row ``index`` of the engine's stacked parameters: one model's state dict."""
+    return {k: v[index].detach().cpu().contiguous() for k, v in stacked.items()}
+
+
+def save_cluster_model(path: str | Path, state_dict: dict[str, torch.Tensor], spec: ModelSpec) -> Path:
+    """Write ``path/model.safetensors`` and ``path/spec.json``; check they rebuild first."""
+    _build(spec).load_state_dict(state_dict, strict=True)  # fail here, not at serving time
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(state_dict, str(path / WEIGHTS), metadata={"format": FORMAT})
+    spec_json = asdict(spec) | {"input_shape": list(spec.input_shape)}
+    (path / SPEC).write_text(json.dumps(spec_json, indent=2) + "\n")
+    return path
+
+
+def load_cluster_model(path: str | Path) -> ClusterModel:
+    """Rebuild the module from ``spec.json`` and load the safetensors weights (strict)."""
+    path = Path(path)
+    spec = ModelSpec.from_json((path / SPEC).read_text())
+    module = _build(spec)
+    module.load_state_dict(load_file(str(path / WEIGHTS)), strict=True)
+    return ClusterModel(module.eval(), spec)
+
+
+def _build(spec: ModelSpec) -> nn.Module:
+    return build_model(spec.architecture, spec.input_shape, spec.n_classes, hidden=spec.hidden)
