@@ -1,4 +1,4 @@
-"""Continual baselines of thesis §4.3: FedAvg and FedDrift.
+"""Continual baselines of thesis §4.3: FedAvg, FedDrift and FedProx-EWC.
 
 References
 ----------
@@ -17,6 +17,7 @@ from clusterfed.algorithms.base import generators
 from clusterfed.continual.memory import Memory, merge_lineage
 from clusterfed.continual.state import ContinualState, timestep_seed
 from clusterfed.engine import Engine
+from clusterfed.engine.local_sgd import QuadraticPenalty
 
 
 class ContinualFedAvg:
@@ -146,3 +147,49 @@ class FedDrift:
         losses = engine.mean_losses(state.clustering.params, "val").cpu().numpy()
         state.device_values["loss"] = losses[rows, np.arange(n)]
         return state
+
+
+class FedProxEWC:
+    """FedProx with Elastic Weight Consolidation: one global model trained each
+    round with the proximal term μ/2‖θ − θ_global‖² (Li et al., 2020) and the EWC
+    term λ/2 Σ F ⊙ (θ − θ*)² anchoring the model of the previous timesteps
+    (Kirkpatrick et al., 2017), F the diagonal Fisher summed over past timesteps.
+
+    The thesis gives no μ or λ; the defaults are ours (μ = 0.01, λ = 10).
+    """
+
+    name = "fedprox_ewc"
+
+    def __init__(self, *, mu: float = 0.01, ewc_lambda: float = 10.0, epochs: int = 100) -> None:
+        self.mu = mu
+        self.ewc_lambda = ewc_lambda
+        self.epochs = epochs
+
+    def cold_start(self, engine: Engine, *, seed: int) -> ContinualState:
+        _, gen = generators(timestep_seed(seed, 0))
+        everyone = Cluster(0, frozenset(range(engine.n_devices)))
+        params = engine.init_params(1, gen, distinct=False)
+        state = ContinualState(Clustering((everyone,), params), Memory.empty(engine.n_devices))
+        return self.step(state, engine, t=0, seed=seed)
+
+    def step(self, state: ContinualState, engine: Engine, *, t: int, seed: int) -> ContinualState:
+        _, gen = generators(timestep_seed(seed, t))
+        clustering = state.clustering
+        models, devices = clustering.training_pairs()
+        fisher, anchor = state.extras.get("fisher"), state.extras.get("anchor")
+        for _ in range(self.epochs):
+            theta = clustering.params
+            if fisher is None:
+                weight = {k: torch.full_like(v, self.mu) for k, v in theta.items()}
+                center = theta
+            else:
+                ewc = {k: self.ewc_lambda * fisher[k] for k in theta}
+                weight = {k: self.mu + ewc[k] for k in theta}
+                center = {k: (self.mu * theta[k] + ewc[k] * anchor[k]) / weight[k] for k in theta}
+            params = engine.train(theta, models, devices, gen, penalty=QuadraticPenalty(weight, center))
+            clustering = clustering.with_params(params)
+        new_fisher = engine.fisher(clustering.params, models, devices)
+        if fisher is not None:
+            new_fisher = {k: fisher[k] + new_fisher[k] for k in fisher}
+        extras = {"fisher": new_fisher, "anchor": {k: v.clone() for k, v in clustering.params.items()}}
+        return ContinualState(clustering, state.memory, extras)

@@ -15,7 +15,7 @@ from torch import nn
 
 from clusterfed.engine.aggregation import weighted_average
 from clusterfed.engine.evaluation import all_pairs_losses, own_model_accuracy, own_model_losses
-from clusterfed.engine.local_sgd import local_sgd
+from clusterfed.engine.local_sgd import QuadraticPenalty, local_sgd, squared_gradients
 from clusterfed.engine.stacked import StackedParams, init_stacked, is_finite
 from clusterfed.engine.tensors import FederationTensors, PaddedSplit
 from clusterfed.models import build_model
@@ -83,6 +83,7 @@ class Engine:
         *,
         epochs: int | None = None,
         data: PaddedSplit | None = None,
+        penalty: QuadraticPenalty | None = None,
     ) -> StackedParams:
         """One communication round (thesis Alg. 4): pair p trains model ``model_of_pair[p]``
         locally on device ``device_of_pair[p]``, then each model becomes the
@@ -90,7 +91,8 @@ class Engine:
 
         Pairs whose update is not finite are left out of the average and counted in
         ``rejected_updates`` (DESIGN.md §8), so one diverging device cannot poison a model.
-        ``data`` replaces the federation's training split (e.g. pooled groups).
+        ``data`` replaces the federation's training split (e.g. pooled groups);
+        ``penalty`` (one row per model) adds a quadratic pull (FedProx, EWC).
         """
         data = self.data.train if data is None else data
         if len(model_of_pair) == 0:
@@ -109,6 +111,12 @@ class Engine:
             l2=cfg.l2,
             batch_size=cfg.batch_size,
             generator=generator,
+            penalty=None
+            if penalty is None
+            else QuadraticPenalty(
+                weight={k: v.index_select(0, model_idx) for k, v in penalty.weight.items()},
+                center={k: v.index_select(0, model_idx) for k, v in penalty.center.items()},
+            ),
         )
         weights = data.counts.to(torch.float32)[device_idx]
         finite = is_finite(trained)
@@ -117,6 +125,19 @@ class Engine:
             weights = torch.where(finite, weights, torch.zeros_like(weights))
             trained = {k: torch.where(_expand(finite, v), v, 0.0) for k, v in trained.items()}
         return weighted_average(trained, model_idx, weights, params)
+
+    def fisher(self, params: StackedParams, model_of_pair: np.ndarray, device_of_pair: np.ndarray) -> StackedParams:
+        """Diagonal empirical Fisher of each model, averaged over its pairs' devices
+        weighted by |Z^train| (as the server would aggregate it)."""
+        model_idx = torch.as_tensor(model_of_pair, dtype=torch.long, device=self.device)
+        device_idx = torch.as_tensor(device_of_pair, dtype=torch.long, device=self.device)
+        start = {k: v.index_select(0, model_idx) for k, v in params.items()}
+        squares = squared_gradients(
+            self.model, start, self.data.train, device_idx, batch_size=self.training.batch_size
+        )
+        weights = self.data.train.counts.to(torch.float32)[device_idx]
+        zeros = {k: torch.zeros_like(v) for k, v in params.items()}
+        return weighted_average(squares, model_idx, weights, zeros)
 
     def losses(self, params: StackedParams, split: str = "val") -> torch.Tensor:
         """Per-sample losses ``[M, n_devices, max_n]`` of every model on every device."""

@@ -12,6 +12,7 @@ reference in ``tests/engine/test_engine.py``).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -56,6 +57,16 @@ def autograd_sgd_step(
             p.add_(g, alpha=-lr)  # in place: no parameter-sized temporaries per step
 
 
+@dataclass(frozen=True)
+class QuadraticPenalty:
+    """``½ Σ w ⊙ (θ − c)²`` per pair: FedProx's proximal term (w = μ, c = global model)
+    and EWC's (w = λ·F, c = previous task's model) are both of this form, and their
+    sum is again one: w = w1 + w2, c = (w1·c1 + w2·c2) / w."""
+
+    weight: StackedParams
+    center: StackedParams
+
+
 def local_sgd(
     model: nn.Module,
     params: StackedParams,
@@ -67,6 +78,7 @@ def local_sgd(
     l2: float,
     batch_size: int,
     generator: torch.Generator,
+    penalty: QuadraticPenalty | None = None,
 ) -> StackedParams:
     """Train every pair for ``epochs`` local epochs; returns new stacked parameters.
 
@@ -95,5 +107,46 @@ def local_sgd(
             idx = order[:, step * batch_size : (step + 1) * batch_size]
             valid = ((step * batch_size + positions)[None, :] < counts[:, None]).to(torch.float32)
             weight = valid / valid.sum(1, keepdim=True).clamp(min=1)  # batch mean
+            if penalty is not None:  # gradient at the pre-step θ, applied after the step
+                active = valid.any(1).to(torch.float32)
+                pulls = {
+                    k: penalty.weight[k] * (params[k] - penalty.center[k]) * active.view(-1, *[1] * (v.dim() - 1))
+                    for k, v in params.items()
+                }
             step_fn(params, data.x[rows, idx], data.y[rows, idx], weight, lr=lr, l2=l2)
+            if penalty is not None:
+                for k, pull in pulls.items():
+                    params[k].sub_(pull, alpha=lr)
     return params
+
+
+def squared_gradients(
+    model: nn.Module,
+    params: StackedParams,
+    data: PaddedSplit,
+    device_of_pair: torch.Tensor,
+    *,
+    batch_size: int,
+) -> StackedParams:
+    """Mean squared mini-batch gradient of the loss per pair: the diagonal empirical
+    Fisher information that EWC weighs parameters with."""
+    counts = data.counts[device_of_pair]
+    n_steps = math.ceil(int(counts.max()) / batch_size)
+    positions = torch.arange(batch_size, device=counts.device)
+    rows = device_of_pair[:, None]
+    total = {k: torch.zeros_like(v) for k, v in params.items()}
+    steps = torch.zeros(len(device_of_pair), device=counts.device)
+    for step in range(n_steps):
+        at = step * batch_size + positions
+        valid = (at[None, :] < counts[:, None]).to(torch.float32)
+        idx = at.clamp(max=data.x.shape[1] - 1).expand(len(device_of_pair), -1)
+        leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        logits = stacked_forward(model, leaves, data.x[rows, idx], shared_input=False)
+        yb = data.y[rows, idx]
+        ce = F.cross_entropy(logits.flatten(0, 1), yb.flatten(), reduction="none").view_as(yb)
+        batch_mean = (ce * valid).sum(1) / valid.sum(1).clamp(min=1)
+        grads = torch.autograd.grad(batch_mean.sum(), list(leaves.values()))
+        for k, g in zip(leaves, grads):
+            total[k] += g.pow(2)
+        steps += valid.any(1)
+    return {k: v / steps.clamp(min=1).view(-1, *[1] * (v.dim() - 1)) for k, v in total.items()}
