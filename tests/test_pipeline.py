@@ -27,10 +27,10 @@ def run(tmp_path_factory):
     )
     pipeline.partition(params, root / "partitions")
     pipeline.coldstart(params, root / "partitions", root / "coldstart", progress=False)
-    metrics = pipeline.evaluate(
+    report = pipeline.evaluate(
         params, root / "partitions", root / "coldstart", root / "metrics.json", root / "plots"
     )
-    return root, metrics
+    return root, report["coldstart"]
 
 
 def test_faacl_recovers_the_s2_groups_end_to_end(run):
@@ -39,7 +39,7 @@ def test_faacl_recovers_the_s2_groups_end_to_end(run):
     assert metrics["faacl"]["n_clusters"] == 2
     assert metrics["fedavg"]["n_clusters"] == 1
     assert metrics["faacl"]["accuracy"] > metrics["fedavg"]["accuracy"] + 0.3  # S2 breaks FedAvg
-    assert json.loads((root / "metrics.json").read_text()) == metrics
+    assert json.loads((root / "metrics.json").read_text()) == {"coldstart": metrics}
     assert set(metrics["faacl"]) >= {"accuracy", "accuracy_stderr", "n_clusters", "ari"}
 
 
@@ -51,7 +51,7 @@ def test_outputs_are_readable_and_consistent(run):
     models = load_file(str(run_dir / "models.safetensors"))
     assert models["output.bias"].shape == (len(clustering["clusters"]), 10)
     accuracy = json.loads((run_dir / "device_accuracy.json").read_text())
-    assert np.mean(accuracy) == pytest.approx(json.loads((root / "metrics.json").read_text())["faacl"]["accuracy"], abs=1e-5)
+    assert np.mean(accuracy) == pytest.approx(json.loads((root / "metrics.json").read_text())["coldstart"]["faacl"]["accuracy"], abs=1e-5)
     rows = (root / "plots" / "accuracy" / "faacl.csv").read_text().splitlines()
     assert rows[0] == "round,accuracy" and len(rows) > 21
     assert (root / "plots" / "accuracy.png").stat().st_size > 0

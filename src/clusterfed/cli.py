@@ -12,6 +12,7 @@ from clusterfed.tracking import commands
 
 PARTITIONS = Path("data/partitions")
 COLDSTART = Path("data/coldstart")
+CONTINUAL = Path("data/continual")
 METRICS = Path("metrics/metrics.json")
 PLOTS = Path("plots")
 
@@ -23,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("validate", help="check params.yaml and exit")
     sub.add_parser("partition", help="stage 1: build the federations")
     sub.add_parser("coldstart", help="stage 2: cluster and train (FAACL and baselines)")
-    sub.add_parser("evaluate", help="stage 3: metrics and plots")
+    sub.add_parser("continual", help="stage 3: continual timesteps (C-FAACL and baselines), resumable")
+    sub.add_parser("evaluate", help="stage 4: metrics and plots")
     commands.add_parser(sub)  # `clusterfed models …` (MLflow registry)
     args = parser.parse_args(argv)
     if args.command == "models":
@@ -39,17 +41,30 @@ def main(argv: list[str] | None = None) -> int:
         pipeline.partition(params, PARTITIONS)
     elif args.command == "coldstart":
         pipeline.coldstart(params, PARTITIONS, COLDSTART)
+    elif args.command == "continual":
+        if params.continual.enabled:
+            pipeline.continual(params, CONTINUAL)
+        else:
+            CONTINUAL.mkdir(parents=True, exist_ok=True)
+            print("continual.enabled is false: nothing to run")
     elif args.command == "evaluate":
-        metrics = pipeline.evaluate(params, PARTITIONS, COLDSTART, METRICS, PLOTS)
-        _print_table(metrics)
+        report = pipeline.evaluate(params, PARTITIONS, COLDSTART, METRICS, PLOTS, CONTINUAL)
+        _print_table("cold start (final round)", report["coldstart"])
+        if "continual" in report:
+            _print_table(f"continual (mean over t = 1..{params.continual.timesteps})", report["continual"])
     return 0
 
 
-def _print_table(metrics: dict) -> None:
-    print(f"{'algorithm':<12} {'accuracy':>18} {'clusters':>9} {'ARI':>6}")
+def _print_table(title: str, metrics: dict) -> None:
+    print(f"\n{title}")
+    print(f"{'algorithm':<12} {'accuracy':>18} {'clusters':>9} {'ARI':>6} {'reuse':>6}")
     for name, m in metrics.items():
         acc = f"{100 * m['accuracy']:.2f} ± {100 * m['accuracy_stderr']:.2f}"
-        print(f"{name:<12} {acc:>18} {m['n_clusters']:>9.1f} {m['ari']:>6.2f}")
+        clusters = m.get("n_clusters", m.get("n_clusters_per_timestep", [0])[-1])
+        ari = f"{m['ari']:.2f}" if "ari" in m else "-"
+        reuse = m.get("concept_reuse_rate")
+        reuse = "-" if reuse is None else f"{reuse:.2f}"
+        print(f"{name:<12} {acc:>18} {clusters:>9.1f} {ari:>6} {reuse:>6}")
 
 
 if __name__ == "__main__":

@@ -89,6 +89,47 @@ class ColdstartParams(_Section):
         return v
 
 
+CONTINUAL_ALGORITHMS: tuple[str, ...] = ("cfaacl", "feddrift", "fedprox_ewc", "fedavg")
+
+
+class CFAACLParams(_Section):
+    alpha: Probability = 0.1
+    epsilon: Annotated[float, Field(ge=0.0)] = 0.5
+    init_epochs: PositiveInt = 5
+    max_rounds: PositiveInt = 20
+    memory_samples: PositiveInt = 100
+
+
+class FedDriftParams(_Section):
+    delta: Annotated[float, Field(gt=0.0)] = 3.0
+    drift_threshold: Annotated[float, Field(gt=0.0)] = 0.5
+    init_epochs: PositiveInt = 5
+
+
+class FedProxEWCParams(_Section):
+    mu: Annotated[float, Field(ge=0.0)] = 0.01
+    ewc_lambda: Annotated[float, Field(ge=0.0)] = 10.0
+
+
+class ContinualParams(_Section):
+    """Thesis ch. 4: T timesteps of new data per device, concepts from a schedule."""
+
+    enabled: bool = True
+    setting: Literal["sequential", "multitask"] = "multitask"
+    timesteps: PositiveInt = 10
+    block: PositiveInt = 2
+    schedule: list[list[int]] | None = Field(
+        None, description="Explicit devices x (timesteps + 1) concept matrix; overrides setting."
+    )
+    samples_per_device: PositiveInt | None = None
+    test_samples_per_device: PositiveInt | None = None
+    algorithms: Annotated[list[Literal[CONTINUAL_ALGORITHMS]], Field(min_length=1)] = list(CONTINUAL_ALGORITHMS)  # type: ignore[valid-type]
+    epochs: PositiveInt = 100
+    cfaacl: CFAACLParams = CFAACLParams()
+    feddrift: FedDriftParams = FedDriftParams()
+    fedprox_ewc: FedProxEWCParams = FedProxEWCParams()
+
+
 class Params(_Section):
     """Every experiment parameter; one section per stage as in ``dvc.yaml``."""
 
@@ -98,6 +139,7 @@ class Params(_Section):
     model: ModelParams = ModelParams()
     training: TrainingParams = TrainingParams()
     coldstart: ColdstartParams = ColdstartParams()
+    continual: ContinualParams = ContinualParams()
 
     @field_validator("seeds")
     @classmethod
@@ -138,4 +180,16 @@ def parse_params(raw: object, *, source: str = "params") -> Params:
         raise ParamsError(f"{source}: invalid parameters\n" + "\n".join(lines)) from None
     if params.data.dataset != "digits" and params.data.root is None:
         raise ParamsError(f"{source}: data.root: required for dataset {params.data.dataset!r}")
+    if params.continual.schedule is not None:
+        from clusterfed.continual.schedules import validate_schedule
+
+        try:
+            validate_schedule(
+                params.continual.schedule,
+                n_devices=sum(params.scenario.group_sizes),
+                timesteps=params.continual.timesteps,
+                n_concepts=2,
+            )
+        except ValueError as exc:
+            raise ParamsError(f"{source}: continual.{exc}") from None
     return params

@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 
 
 def plot_accuracy(curves: dict[str, list[float]], path: Path, *, title: str) -> None:
@@ -21,6 +22,44 @@ def plot_accuracy(curves: dict[str, list[float]], path: Path, *, title: str) -> 
     ax.grid(alpha=0.3)
     ax.set_title(title)
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_over_time(
+    curves: dict[str, list[float]], path: Path, *, ylabel: str, title: str, ylim: tuple[float, float] | None = None
+) -> None:
+    """One line per algorithm over timesteps 0..T."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, values in curves.items():
+        ax.plot(range(len(values)), values, marker="o", label=name)
+    ax.set_xlabel("timestep")
+    ax.set_ylabel(ylabel)
+    if ylim:
+        ax.set_ylim(*ylim)
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_assignments(clusters: np.ndarray, concepts: np.ndarray, path: Path, *, title: str) -> None:
+    """Each device's cluster over time (colour), with its concept written in the cell."""
+    ids = {c: i for i, c in enumerate(dict.fromkeys(clusters.flatten().tolist()))}
+    grid = np.vectorize(ids.get)(clusters)
+    n_devices, n_t = grid.shape
+    fig, ax = plt.subplots(figsize=(1 + 0.5 * n_t, 1 + 0.3 * n_devices))
+    ax.imshow(grid, cmap="tab20", aspect="auto", interpolation="nearest", vmin=0, vmax=19)
+    for d in range(n_devices):
+        for t in range(n_t):
+            ax.text(t, d, str(concepts[d, t]), ha="center", va="center", fontsize=7)
+    ax.set_xlabel("timestep (cell text: the device's concept)")
+    ax.set_ylabel("device")
+    ax.set_xticks(range(n_t))
+    ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

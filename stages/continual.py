@@ -1,0 +1,6 @@
+"""DVC stage `continual`: read params.yaml, run `clusterfed.pipeline.continual`, write the declared outs."""
+
+from clusterfed.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main(["continual"]))
