@@ -1,0 +1,59 @@
+"""Continual baselines: FedDrift's drift/merge rules and FedProx-EWC's penalty, on digits."""
+
+import numpy as np
+import torch
+from sklearn.metrics import adjusted_rand_score
+
+from clusterfed.continual.baselines import FedDrift, FedProxEWC
+from clusterfed.engine import Engine, TrainingConfig
+from clusterfed.engine.local_sgd import QuadraticPenalty, local_sgd
+from clusterfed.engine.tensors import PaddedSplit
+from clusterfed.scenarios import federation_from_concepts
+
+KW = dict(n_concepts=2, samples_per_device=120, test_samples_per_device=30)
+
+
+def _engine(digits, concepts, seed):
+    fed = federation_from_concepts(digits, "S2", np.asarray(concepts), seed=seed, **KW)
+    return Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+
+
+def test_feddrift_separates_concepts_and_founds_clusters_on_drift(digits):
+    algorithm = FedDrift(delta=3.0, drift_threshold=0.5, epochs=5, init_epochs=40)
+    state = algorithm.cold_start(_engine(digits, [0, 0, 0, 1, 1, 1], seed=1), seed=1)
+    cluster_of = state.cluster_of_device(6)
+    assert adjusted_rand_score([0, 0, 0, 1, 1, 1], cluster_of) == 1.0  # δ keeps conflicting concepts apart
+    concept_1_cluster = int(cluster_of[3])
+    # devices 0-2 switch to concept 1: their loss jumps, they drift and found new
+    # clusters, which merge into the old concept-1 cluster (distance < δ)
+    state = algorithm.step(state, _engine(digits, [1, 1, 1, 1, 1, 1], seed=2), t=1, seed=1)
+    assert state.cluster_of_device(6).tolist() == [concept_1_cluster] * 6
+
+
+def test_quadratic_penalty_adds_its_gradient_to_the_step(digits):
+    engine = _engine(digits, [0, 1], seed=3)
+    params = engine.init_params(2, torch.Generator().manual_seed(0), distinct=True)
+    data = engine.data.train
+    one_batch = PaddedSplit(x=data.x[:, :10], y=data.y[:, :10], counts=torch.tensor([10, 10]))
+    center = engine.init_params(2, torch.Generator().manual_seed(5), distinct=True)
+    weight = {k: torch.full_like(v, 0.3) for k, v in params.items()}
+    kw = dict(epochs=1, lr=0.05, l2=0.001, batch_size=10)
+    plain = local_sgd(engine.model, params, one_batch, torch.arange(2), generator=torch.Generator().manual_seed(1), **kw)
+    pulled = local_sgd(
+        engine.model, params, one_batch, torch.arange(2), generator=torch.Generator().manual_seed(1),
+        penalty=QuadraticPenalty(weight, center), **kw,
+    )
+    for k in params:
+        expected = plain[k] - 0.05 * 0.3 * (params[k] - center[k])
+        torch.testing.assert_close(pulled[k], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_fedprox_ewc_accumulates_fisher_and_anchors(digits):
+    algorithm = FedProxEWC(mu=0.01, ewc_lambda=10.0, epochs=3)
+    state = algorithm.cold_start(_engine(digits, [0, 0, 0, 0], seed=4), seed=4)
+    first = {k: v.clone() for k, v in state.extras["fisher"].items()}
+    assert all((v >= 0).all() and v.sum() > 0 for v in first.values())
+    state = algorithm.step(state, _engine(digits, [1, 1, 1, 1], seed=5), t=1, seed=4)
+    for k, v in state.extras["fisher"].items():
+        assert (v >= first[k]).all() and (v > first[k]).any()  # summed over timesteps
+        torch.testing.assert_close(state.extras["anchor"][k], state.clustering.params[k])
