@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -43,12 +44,13 @@ def run_continual(
         start = last + 1
     bar = tqdm(range(start, timesteps + 1), desc=algorithm.name, disable=None if progress else True, leave=False)
     for t in bar:
+        started = time.perf_counter()
         engine = engine_at(t)
         if t == 0:
             state = algorithm.cold_start(engine, seed=seed)
         else:
             state = algorithm.step(state, engine, t=t, seed=seed)
-        rows.append(_row(t, state, engine, schedule))
+        rows.append({**_row(t, state, engine, schedule), "wall_s": round(time.perf_counter() - started, 3)})
         save_checkpoint(checkpoint_dir, t, state, rows, fingerprint)
         bar.set_postfix(acc=f"{rows[-1]['accuracy']:.3f}", clusters=rows[-1]["n_clusters"])
         if stop_after is not None and t >= stop_after:

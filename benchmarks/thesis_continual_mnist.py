@@ -1,0 +1,112 @@
+"""Reproduce the MNIST columns of the thesis' continual tables (Tables 4.1-4.4).
+
+Each (setting, scenario) runs the pipeline's own ``continual`` stage function with
+the thesis' MNIST settings (Table B.4: 20 devices in two halves, lr 0.01, T = 10,
+100 epochs per timestep, δ = 3, ε 0.5 for S1/S2, 0.3 for A1, 0.2 for A2) into
+``--out/<setting>_<scenario>/``. The stage checkpoints every timestep, so rerunning
+the same command resumes where it stopped. ``--summarize`` prints the table.
+
+    .venv/bin/python benchmarks/thesis_continual_mnist.py --settings sequential multitask \\
+        --scenarios S1 S2 A1 A2 --algorithms cfaacl feddrift fedprox_ewc fedavg --seeds 10
+    .venv/bin/python benchmarks/thesis_continual_mnist.py --summarize ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+EPSILON = {"S1": 0.5, "S2": 0.5, "A1": 0.3, "A2": 0.2}
+# Thesis Tables 4.1-4.4, MNIST: (sequential, multi-task) accuracy %.
+THESIS = {
+    "cfaacl": {"S1": (97.00, 94.73), "S2": (97.67, 96.41), "A1": (91.97, 88.15), "A2": (90.96, 87.06)},
+    "feddrift": {"S1": (96.55, 95.94), "S2": (97.83, 95.25), "A1": (89.83, 84.49), "A2": (89.26, 85.58)},
+    "fedprox_ewc": {"S1": (93.51, 90.21), "S2": (90.26, 49.15), "A1": (83.29, 81.11), "A2": (81.14, 79.42)},
+    "fedavg": {},
+}
+
+
+def params_for(args, setting: str, scenario: str):
+    from clusterfed.config import parse_params
+
+    return parse_params(
+        {
+            "seeds": args.seeds,
+            "data": {"dataset": "mnist", "root": args.root},
+            "scenario": {"name": scenario, "group_sizes": [10, 10]},
+            "training": {"lr": 0.01, "l2": 0.001, "batch_size": 10, "device": args.device},
+            "continual": {
+                "setting": setting,
+                "timesteps": 10,
+                "samples_per_device": args.samples_per_device,
+                "test_samples_per_device": args.test_samples_per_device,
+                "algorithms": args.algorithms,
+                "epochs": args.epochs,
+                "cfaacl": {"epsilon": EPSILON[scenario], "init_epochs": 5},
+                "feddrift": {"delta": 3.0, "init_epochs": 5},
+            },
+        },
+        source="benchmark",
+    )
+
+
+def run(args) -> None:
+    from clusterfed import pipeline
+
+    for setting in args.settings:
+        for scenario in args.scenarios:
+            out = Path(args.out) / f"{setting}_{scenario}"
+            t0 = time.perf_counter()
+            pipeline.continual(params_for(args, setting, scenario), out, progress=True)
+            print(f"{setting} {scenario}: {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def summarize(args) -> None:
+    print(f"MNIST continual, T = 10, {args.epochs} epochs per timestep, seeds {args.seeds}: mean accuracy % "
+          "over t = 1..10 (± stderr over seeds), thesis figure beside; wall s per timestep.\n")
+    cols = [(st, sc) for st in args.settings for sc in args.scenarios]
+    print("| algorithm | " + " | ".join(f"{sc} {st[:5]} ours | thesis" for st, sc in cols) + " |")
+    print("|---" * (1 + 2 * len(cols)) + "|")
+    for a in args.algorithms:
+        cells = []
+        for st, sc in cols:
+            runs, walls = [], []
+            for seed in args.seeds:
+                path = Path(args.out) / f"{st}_{sc}" / a / f"seed_{seed}" / "timesteps.json"
+                if path.is_file():
+                    result = json.loads(path.read_text())
+                    runs.append(result["summary"]["accuracy"] * 100)
+                    walls += [r["wall_s"] for r in result["rows"][1:]]
+            if runs:
+                se = np.std(runs, ddof=1) / np.sqrt(len(runs)) if len(runs) > 1 else float("nan")
+                cells.append(f"{np.mean(runs):.2f} ± {se:.2f} (n={len(runs)}, {np.mean(walls):.0f} s/t)")
+            else:
+                cells.append("not run")
+            th = THESIS[a].get(sc)
+            cells.append(f"{th[0 if st == 'sequential' else 1]:.2f}" if th else "—")
+        print(f"| {a} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--settings", nargs="+", default=["sequential", "multitask"])
+    p.add_argument("--scenarios", nargs="+", default=["S1", "S2", "A1", "A2"])
+    p.add_argument("--algorithms", nargs="+", default=["cfaacl", "feddrift", "fedprox_ewc", "fedavg"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[10])
+    p.add_argument("--epochs", type=int, default=100)
+    p.add_argument("--samples-per-device", type=int, default=1000)
+    p.add_argument("--test-samples-per-device", type=int, default=200)
+    p.add_argument("--root", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets"))
+    p.add_argument("--device", default="auto")
+    p.add_argument("--out", default="benchmarks/out/continual")
+    p.add_argument("--summarize", action="store_true")
+    args = p.parse_args()
+    summarize(args) if args.summarize else run(args)
+
+
+if __name__ == "__main__":
+    main()
