@@ -24,14 +24,13 @@ from clusterfed.config import Params
 from clusterfed.data import load_dataset
 from clusterfed.engine import Engine, TrainingConfig
 from clusterfed.evaluation import clustering_scores, summarize_runs
-from clusterfed.evaluation.plots import plot_accuracy
 from clusterfed.continual.baselines import ContinualFedAvg, FedDrift, FedProxEWC
 from clusterfed.continual.cfaacl import CFAACL
 from clusterfed.continual.driver import concept_reuse_rate, run_continual
 from clusterfed.continual.schedules import make_schedule, validate_schedule
 from clusterfed.continual.state import ContinualAlgorithm, timestep_seed
 from clusterfed.evaluation import mean_stderr
-from clusterfed.evaluation.plots import plot_assignments, plot_over_time
+from clusterfed.evaluation.plots import plot_assignments, plot_curves
 from clusterfed.scenarios import (
     Federation,
     NoiseParams,
@@ -264,10 +263,14 @@ def evaluate(
                 writer = csv.writer(f)
                 writer.writerow(["round", "accuracy"])
                 writer.writerows((r + 1, round(a, 6)) for r, a in enumerate(acc))
-        plot_accuracy(
+        plot_curves(
             curves,
             tmp / "accuracy.png",
+            xlabel="communication round",
+            ylabel="mean device test accuracy",
             title=f"{params.data.dataset} {params.scenario.name}, mean over seeds {params.seeds}",
+            first_x=1,
+            ylim=(0, 1),
         )
         report = {"coldstart": metrics}
         if continual_dir is not None and params.continual.enabled:
@@ -312,8 +315,14 @@ def _evaluate_continual(params: Params, continual_dir: Path, plots: Path) -> dic
             title=f"{name}: cluster of each device over time (seed {params.seeds[0]})",
         )
     title = f"{params.data.dataset} {params.scenario.name} {params.continual.setting}"
-    plot_over_time(accuracy_curves, plots / "continual_accuracy.png", ylabel="mean accuracy on current concept", title=title, ylim=(0, 1))
-    plot_over_time(cluster_curves, plots / "continual_clusters.png", ylabel="clusters serving devices", title=title)
+    plot_curves(
+        accuracy_curves, plots / "continual_accuracy.png", xlabel="timestep",
+        ylabel="mean accuracy on current concept", title=title, ylim=(0, 1),
+    )
+    plot_curves(
+        cluster_curves, plots / "continual_clusters.png", xlabel="timestep",
+        ylabel="clusters serving devices", title=title,
+    )
     return out
 
 

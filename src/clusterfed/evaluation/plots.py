@@ -1,4 +1,5 @@
-"""Pictures people would rather look at than read: accuracy per round."""
+"""Pictures people would rather look at than read: curves over rounds or timesteps,
+and each device's cluster over time."""
 
 from __future__ import annotations
 
@@ -11,30 +12,21 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def plot_accuracy(curves: dict[str, list[float]], path: Path, *, title: str) -> None:
-    """Mean test accuracy per round, one line per algorithm."""
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, acc in curves.items():
-        ax.plot(range(1, len(acc) + 1), acc, label=name)
-    ax.set_xlabel("communication round")
-    ax.set_ylabel("mean device test accuracy")
-    ax.set_ylim(0, 1)
-    ax.grid(alpha=0.3)
-    ax.set_title(title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def plot_over_time(
-    curves: dict[str, list[float]], path: Path, *, ylabel: str, title: str, ylim: tuple[float, float] | None = None
+def plot_curves(
+    curves: dict[str, list[float]],
+    path: Path,
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    first_x: int = 0,
+    ylim: tuple[float, float] | None = None,
 ) -> None:
-    """One line per algorithm over timesteps 0..T."""
+    """One line per algorithm (e.g. accuracy per round, or clusters per timestep)."""
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, values in curves.items():
-        ax.plot(range(len(values)), values, marker="o", label=name)
-    ax.set_xlabel("timestep")
+        ax.plot(range(first_x, first_x + len(values)), values, marker="o" if len(values) < 30 else None, label=name)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if ylim:
         ax.set_ylim(*ylim)
