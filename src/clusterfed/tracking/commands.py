@@ -1,22 +1,22 @@
 """``clusterfed models …``: register stage outputs, list, look up and run cluster models.
 
-Lookups default to the experiment, first algorithm and first seed of ``params.yaml``;
-with ``--experiment`` given, ``--algorithm``/``--seed`` may be left out only when the
-experiment holds one of each. Anything the registry does not hold exits with status 1
+Lookups default to the experiment of ``params.yaml``, its continual stage when enabled
+(else cold start), that stage's first algorithm and the first seed; with
+``--experiment`` given, ``--stage``/``--algorithm``/``--seed`` may be left out only
+when the experiment holds one of each. Anything the registry does not hold exits with status 1
 and a message saying what it does hold.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from clusterfed.config import Params, ParamsError, load_params
-
-CONTINUAL = Path("data/continual")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--device", type=int, required=True)
         p.add_argument("--timestep", type=int, help="continual timestep (default: the model in service now)")
         p.add_argument("--experiment", help="MLflow experiment (default: that of params.yaml)")
-        p.add_argument("--algorithm", help="default: the first in params.yaml")
+        p.add_argument("--stage", choices=["coldstart", "continual"], help="default: continual when enabled in params.yaml")
+        p.add_argument("--algorithm", help="default: the stage's first in params.yaml")
         p.add_argument("--seed", type=int, help="default: the first in params.yaml")
         if name == "predict":
             p.add_argument("input", type=Path, help=".npy array of images [N, C, H, W] scaled as the dataset loader does")
@@ -39,6 +40,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, params_path: str) -> int:
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from clusterfed import tracking  # MLflow is imported only for these commands
     from clusterfed.tracking import registry
 
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace, params_path: str) -> int:
     if args.models_command == "register":
         if params is None:
             return _fail(f"{params_path}: needed to register the stage outputs")
-        from clusterfed.cli import COLDSTART, METRICS, PARTITIONS, PLOTS
+        from clusterfed.cli import COLDSTART, CONTINUAL, METRICS, PARTITIONS, PLOTS
 
         tracker = tracking.track_outputs(
             params, partitions_dir=PARTITIONS, coldstart_dir=COLDSTART, metrics_path=METRICS,
@@ -63,21 +65,30 @@ def run(args: argparse.Namespace, params_path: str) -> int:
         _print_models(rows)
         return 0
 
-    experiment, algorithm, seed = args.experiment, args.algorithm, args.seed
+    experiment, stage, algorithm, seed = args.experiment, args.stage, args.algorithm, args.seed
     if experiment is None:
         if params is None:
             return _fail(f"{params_path} not usable; pass --experiment")
         experiment = tracking.experiment_name(params)
-        algorithm = algorithm or params.coldstart.algorithms[0]
+        stage = stage or ("continual" if params.continual.enabled else "coldstart")
+        stage_params = params.continual if stage == "continual" else params.coldstart
+        algorithm = algorithm or stage_params.algorithms[0]
         seed = params.seeds[0] if seed is None else seed
     try:
         served = tracking.lookup(
-            client, args.device, experiment=experiment, algorithm=algorithm, seed=seed, timestep=args.timestep
+            client, args.device, experiment=experiment, stage=stage, algorithm=algorithm, seed=seed,
+            timestep=args.timestep,
         )
     except tracking.LookupFailed as exc:
         return _fail(str(exc))
     if args.models_command == "lookup":
-        _print_models([served])
+        when = "now" if args.timestep is None else f"timestep {args.timestep}"
+        print(f"device {args.device} ({when}) is served by")
+        print(f"  model     {served.name}")
+        print(f"  version   {served.version}  (aliases: {', '.join(served.aliases)})")
+        print(f"  cluster   {served.cluster}: devices {served.devices}, supportive clusters {served.supportive_clusters}")
+        print(f"  accuracy  {served.accuracy}")
+        print(f"  uri       models:/{served.name}/{served.version}")
         return 0
 
     if not args.input.is_file():

@@ -4,20 +4,23 @@ Naming scheme
 -------------
 Every cluster's model is a registered model named::
 
-    <experiment>.<algorithm>.seed<seed>.cluster<id>      e.g. clusterfed-digits-S2.faacl.seed10.cluster3
+    <experiment>.<stage>.<algorithm>.seed<seed>.cluster<id>
+    e.g. clusterfed-digits-S2.coldstart.faacl.seed10.cluster3
+         clusterfed-digits-S2.continual.cfaacl.seed10.cluster0
 
-(MLflow forbids ``/`` and ``:`` in names). Each registration of that cluster, at cold
-start (timestep 0) or at a continual timestep, in each pipeline run, is a new
-*version* tagged with ``experiment``, ``dataset``, ``scenario``, ``algorithm``,
-``seed``, ``timestep``, ``cluster``, ``devices`` and ``supportive_clusters`` (JSON
-lists), ``accuracy`` (mean test accuracy of its devices), ``n_devices`` and
-``pipeline_run_id``.
+(``stage`` is ``coldstart`` or ``continual``: FedAvg runs in both; MLflow forbids
+``/`` and ``:`` in names). Each registration of that cluster, at cold start or at a
+continual timestep, in each pipeline run, is a new *version* tagged with
+``experiment``, ``dataset``, ``scenario``, ``stage``, ``algorithm``, ``seed``,
+``timestep``, ``cluster``, ``devices`` and ``supportive_clusters`` (JSON lists),
+``accuracy`` (mean test accuracy of its devices at that timestep), ``n_devices``,
+``artifact_path`` and ``pipeline_run_id``.
 
 Aliases describe the latest pipeline run: ``serving`` is on the version in service
 now (the latest timestep registered), ``t<k>`` on the version that served at timestep
 k. Registering timestep k first takes ``serving`` and ``t<k>`` (and at k = 0 every
-``t<j>``) off all models of the same experiment/algorithm/seed, so a cluster that no
-longer exists never stays "in service". "Which model serves device d at time t" is
+``t<j>``) off all models of the same experiment/stage/algorithm/seed, so a cluster
+that no longer exists never stays "in service". "Which model serves device d at time t" is
 one search over version tags, kept to the versions holding the matching alias.
 """
 
@@ -41,8 +44,8 @@ class LookupFailed(LookupError):
     """The registry holds no model for the request; the message says what exists."""
 
 
-def model_name(experiment: str, algorithm: str, seed: int, cluster_id: int) -> str:
-    return f"{experiment}.{algorithm}.seed{seed}.cluster{cluster_id}"
+def model_name(experiment: str, stage: str, algorithm: str, seed: int, cluster_id: int) -> str:
+    return f"{experiment}.{stage}.{algorithm}.seed{seed}.cluster{cluster_id}"
 
 
 def timestep_alias(timestep: int) -> str:
@@ -59,6 +62,7 @@ class ServedModel:
     devices: list[int]
     supportive_clusters: list[int]
     timestep: int
+    stage: str
     algorithm: str
     seed: int
     experiment: str
@@ -77,6 +81,7 @@ class ServedModel:
             devices=json.loads(t["devices"]),
             supportive_clusters=json.loads(t["supportive_clusters"]),
             timestep=int(t["timestep"]),
+            stage=t["stage"],
             algorithm=t["algorithm"],
             seed=int(t["seed"]),
             experiment=t["experiment"],
@@ -93,6 +98,7 @@ def register_cluster(
     run_id: str,
     artifact_path: str,
     experiment: str,
+    stage: str,
     algorithm: str,
     seed: int,
     timestep: int,
@@ -106,12 +112,12 @@ def register_cluster(
     Aliases are set separately by :func:`set_service_aliases`, once the whole
     clustering is registered.
     """
-    name = model_name(experiment, algorithm, seed, cluster["id"])
+    name = model_name(experiment, stage, algorithm, seed, cluster["id"])
     try:
         client.create_registered_model(
             name,
-            tags={"experiment": experiment, "algorithm": algorithm, "seed": str(seed), "cluster": str(cluster["id"])},
-            description=f"clusterfed cluster {cluster['id']} of {algorithm} (seed {seed}) in {experiment}",
+            tags={"experiment": experiment, "stage": stage, "algorithm": algorithm, "seed": str(seed), "cluster": str(cluster["id"])},
+            description=f"clusterfed cluster {cluster['id']} of {algorithm} ({stage}, seed {seed}) in {experiment}",
         )
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
@@ -120,6 +126,7 @@ def register_cluster(
     tags = {
         **extra_tags,
         "experiment": experiment,
+        "stage": stage,
         "algorithm": algorithm,
         "seed": str(seed),
         "timestep": str(timestep),
@@ -136,11 +143,18 @@ def register_cluster(
 
 
 def set_service_aliases(
-    client: MlflowClient, versions: list[ModelVersion], *, experiment: str, algorithm: str, seed: int, timestep: int
+    client: MlflowClient,
+    versions: list[ModelVersion],
+    *,
+    experiment: str,
+    stage: str,
+    algorithm: str,
+    seed: int,
+    timestep: int,
 ) -> None:
     """Point ``serving`` and ``t<timestep>`` at ``versions``; take them off every other cluster."""
     stale = {SERVING, timestep_alias(timestep)}
-    prefix = model_name(experiment, algorithm, seed, 0).removesuffix("0")  # "<...>.cluster"
+    prefix = model_name(experiment, stage, algorithm, seed, 0).removesuffix("0")  # "<...>.cluster"
     for rm in _registered_models(client, prefix):
         for alias in list(getattr(rm, "aliases", {}) or {}):
             if alias in stale or (timestep == 0 and _is_timestep_alias(alias)):
@@ -155,26 +169,30 @@ def lookup(
     device: int,
     *,
     experiment: str,
+    stage: str | None = None,
     algorithm: str | None = None,
     seed: int | None = None,
     timestep: int | None = None,
 ) -> ServedModel:
     """The model version serving ``device`` (at ``timestep``, default: now).
 
-    ``algorithm`` and ``seed`` may be left out when the experiment holds only one.
+    ``stage``, ``algorithm`` and ``seed`` may be left out when the experiment holds
+    only one of them.
     Raises :class:`LookupFailed` naming what the registry does hold.
     """
     registered = in_experiment(client, experiment)
     if not registered:
         known = sorted({m.experiment for m in in_experiment(client, None)})
         raise LookupFailed(f"no models registered for experiment {experiment!r}; experiments with models: {known or 'none'}")
+    registered = _narrow(registered, "stage", stage, experiment)
     registered = _narrow(registered, "algorithm", algorithm, experiment)
     registered = _narrow(registered, "seed", seed, experiment)
     alias = SERVING if timestep is None else timestep_alias(timestep)
     in_service = [m for m in registered if alias in m.aliases]
     if not in_service:
         steps = sorted({int(a[1:]) for m in registered for a in m.aliases if _is_timestep_alias(a)})
-        raise LookupFailed(f"timestep {timestep} is not registered in {experiment!r}; registered timesteps: {steps}")
+        what = "no model is in service" if timestep is None else f"timestep {timestep} is not registered"
+        raise LookupFailed(f"{what} in {experiment!r}; registered timesteps: {steps}")
     serving = [m for m in in_service if device in m.devices]
     if not serving:
         devices = sorted({d for m in in_service for d in m.devices})
@@ -203,7 +221,7 @@ def in_experiment(client: MlflowClient, experiment: str | None) -> list[ServedMo
             aliases.setdefault((rm.name, int(version)), []).append(alias)
     return sorted(
         (replace(m, aliases=sorted(aliases.get((m.name, m.version), []))) for m in out),
-        key=lambda m: (m.experiment, m.algorithm, m.seed, m.cluster, m.version),
+        key=lambda m: (m.experiment, m.stage, m.algorithm, m.seed, m.cluster, m.version),
     )
 
 

@@ -13,8 +13,10 @@ Run tree::
     ├── coldstart                     model / training / coldstart params
     │   └── coldstart/<alg>/seed_<s>  per-round accuracy and n_clusters, final scores,
     │                                 clustering JSON, cluster models (registered)
-    ├── continual                     (when the stage ran) one run per timestep
-    └── evaluate                      metrics.json, plots
+    ├── continual                     (when enabled) continual params
+    │   └── continual/<alg>/seed_<s>  accuracy, n_clusters, ARI/NMI per timestep;
+    │                                 every timestep's cluster models (registered)
+    └── evaluate                      metrics.json (as metrics too), plots
 """
 
 from __future__ import annotations
@@ -86,117 +88,130 @@ class PipelineTracker:
         served = []
         for algorithm in params.coldstart.algorithms:
             for seed in params.seeds:
-                served += self.log_clustering(
-                    params, partitions_dir, Path(coldstart_dir) / algorithm / f"seed_{seed}",
-                    algorithm=algorithm, seed=seed, timestep=0, parent_run_id=stage, register=register,
+                run_dir = Path(coldstart_dir) / algorithm / f"seed_{seed}"
+                meta, groups = _federation_meta(Path(partitions_dir) / f"seed_{seed}.npz")
+                clustering = json.loads((run_dir / "clustering.json").read_text())
+                run_id = self._child(f"coldstart/{algorithm}/seed_{seed}", stage)
+                history = json.loads((run_dir / "history.json").read_text())
+                device_accuracy = np.asarray(json.loads((run_dir / "device_accuracy.json").read_text()))
+                metrics = [(k, row[k], row["round"]) for row in history for k in ("accuracy", "n_clusters")]
+                metrics += _final_metrics(device_accuracy, groups, clustering["model_of_device"], 0)
+                _log_params(client, run_id, {"algorithm": algorithm, "seed": seed})
+                _log_metrics(client, run_id, metrics)
+                for file in ("clustering.json", "history.json", "device_accuracy.json"):
+                    client.log_artifact(run_id, str(run_dir / file))
+                served += self._log_models(
+                    params, run_id, clustering["clusters"], load_file(str(run_dir / "models.safetensors")),
+                    device_accuracy, meta, stage="coldstart", algorithm=algorithm, seed=seed, timestep=0,
+                    register=register,
                 )
+                client.set_terminated(run_id)
         client.set_terminated(stage)
         return served
 
     def log_continual(
         self, params: Params, partitions_dir: str | Path, continual_dir: str | Path, *, register: bool = True
     ) -> list[registry.ServedModel]:
-        """Timesteps written as ``<continual_dir>/<alg>/seed_<s>/t<k>/`` (the coldstart file set).
-
-        Registered in increasing k, so ``serving`` ends on the last timestep.
-        """
+        """Nested run per continual algorithm and seed, metrics per timestep, and every
+        timestep's cluster models registered (from the per-timestep checkpoints
+        ``<alg>/seed_<s>/checkpoints/t_<ttt>/state.{json,safetensors}``), in increasing
+        t so that ``serving`` ends on the last timestep."""
         client, stage = self.client, self._child("continual", self.run_id)
+        _log_params(client, stage, _flatten({"continual": params.continual.model_dump()}))
         served = []
-        for algorithm_dir in sorted(p for p in Path(continual_dir).iterdir() if p.is_dir()):
+        for algorithm in params.continual.algorithms:
             for seed in params.seeds:
-                steps = sorted(
-                    (int(p.name[1:]), p) for p in (algorithm_dir / f"seed_{seed}").glob("t*")
-                    if p.name[1:].isdigit() and (p / "clustering.json").is_file()
-                )
-                for timestep, run_dir in steps:
-                    served += self.log_clustering(
-                        params, partitions_dir, run_dir, algorithm=algorithm_dir.name, seed=seed,
-                        timestep=timestep, parent_run_id=stage, register=register,
+                run_dir = Path(continual_dir) / algorithm / f"seed_{seed}"
+                meta, _ = _federation_meta(Path(partitions_dir) / f"seed_{seed}.npz")
+                run_id = self._child(f"continual/{algorithm}/seed_{seed}", stage)
+                _log_params(client, run_id, {"algorithm": algorithm, "seed": seed})
+                for file in ("timesteps.json", "final_clustering.json"):
+                    if (run_dir / file).is_file():
+                        client.log_artifact(run_id, str(run_dir / file))
+                for checkpoint in sorted((run_dir / "checkpoints").glob("t_[0-9][0-9][0-9]")):
+                    state = json.loads((checkpoint / "state.json").read_text())
+                    t, row = state["t"], state["rows"][-1]
+                    device_accuracy = np.asarray(row["device_accuracy"])
+                    metrics = [("accuracy", row["accuracy"], t), ("n_clusters", row["n_clusters"], t)]
+                    metrics += [
+                        (k, v, t) for k, v in clustering_scores(
+                            np.asarray(row["concept_of_device"]), np.asarray(row["cluster_of_device"])
+                        ).items()
+                    ]
+                    _log_metrics(client, run_id, metrics)
+                    tensors = load_file(str(checkpoint / "state.safetensors"))
+                    stacked = {k.removeprefix("params."): v for k, v in tensors.items() if k.startswith("params.")}
+                    clusters = [
+                        {"id": c["id"], "model_index": i, "devices": c["devices"], "supportive_clusters": c["sup"]}
+                        for i, c in enumerate(state["clusters"])
+                    ]
+                    served += self._log_models(
+                        params, run_id, clusters, stacked, device_accuracy, meta, stage="continual",
+                        algorithm=algorithm, seed=seed, timestep=t, register=register,
                     )
+                client.set_terminated(run_id)
         client.set_terminated(stage)
         return served
 
-    def log_clustering(
+    def _log_models(
         self,
         params: Params,
-        partitions_dir: str | Path,
-        run_dir: str | Path,
+        run_id: str,
+        clusters: list[dict],
+        stacked: dict,
+        device_accuracy: np.ndarray,
+        meta: dict,
         *,
+        stage: str,
         algorithm: str,
         seed: int,
         timestep: int,
-        parent_run_id: str | None = None,
-        register: bool = True,
+        register: bool,
     ) -> list[registry.ServedModel]:
-        """Log one clustering result directory as a nested run and register its clusters.
-
-        ``run_dir`` holds ``clustering.json``, ``device_accuracy.json``,
-        ``models.safetensors`` (row i = ``clusters[i]``) and optionally ``history.json``.
-        """
-        run_dir = Path(run_dir)
+        """Each cluster's model as ``models/t<k>/cluster-<id>/`` of the run; register them
+        and move the service aliases to them."""
         client = self.client
-        name = f"coldstart/{algorithm}/seed_{seed}" if timestep == 0 else f"continual/{algorithm}/seed_{seed}/t{timestep}"
-        run_id = self._child(name, parent_run_id or self.run_id)
-        clustering = json.loads((run_dir / "clustering.json").read_text())
-        device_accuracy = np.asarray(json.loads((run_dir / "device_accuracy.json").read_text()))
-        meta, groups = _federation_meta(Path(partitions_dir) / f"seed_{seed}.npz")
-        model_of_device = np.asarray(clustering["model_of_device"])
-
-        _log_params(client, run_id, {"algorithm": algorithm, "seed": seed, "timestep": timestep})
-        metrics = []
-        if (run_dir / "history.json").is_file():
-            for row in json.loads((run_dir / "history.json").read_text()):
-                metrics += [("accuracy", row["accuracy"], row["round"]), ("n_clusters", row["n_clusters"], row["round"])]
-        final = {"final_accuracy": float(device_accuracy.mean()), "final_n_clusters": clustering["n_clusters"]}
-        final |= clustering_scores(groups, model_of_device)
-        metrics += [(k, v, 0) for k, v in final.items()]
-        _log_metrics(client, run_id, metrics)
-        for file in ("clustering.json", "history.json", "device_accuracy.json"):
-            if (run_dir / file).is_file():
-                client.log_artifact(run_id, str(run_dir / file))
-
-        stacked = load_file(str(run_dir / "models.safetensors"))
         base = {"experiment": self.experiment, "dataset": params.data.dataset, "scenario": params.scenario.name}
+        folder = f"models/t{timestep}"
         with tempfile.TemporaryDirectory() as tmp:
-            for cluster in clustering["clusters"]:
+            for cluster in clusters:
                 spec = ModelSpec(
                     architecture=params.model.name,
                     input_shape=tuple(meta["input_shape"]),
                     n_classes=int(meta["n_classes"]),
                     hidden=params.model.hidden,
-                    provenance={**base, "algorithm": algorithm, "seed": seed, "timestep": timestep, **cluster},
+                    provenance={**base, "stage": stage, "algorithm": algorithm, "seed": seed, "timestep": timestep, **cluster},
                 )
                 save_cluster_model(Path(tmp) / f"cluster-{cluster['id']}", cluster_state_dict(stacked, cluster["model_index"]), spec)
-            client.log_artifacts(run_id, tmp, "models")
-
+            client.log_artifacts(run_id, tmp, folder)
+        if not register:
+            return []
         versions = []
-        if register:
-            for cluster in clustering["clusters"]:
-                accuracy = float(device_accuracy[cluster["devices"]].mean()) if cluster["devices"] else float("nan")
-                versions.append(
-                    registry.register_cluster(
-                        client, run_id=run_id, artifact_path=f"models/cluster-{cluster['id']}",
-                        experiment=self.experiment, algorithm=algorithm, seed=seed, timestep=timestep,
-                        cluster=cluster, accuracy=accuracy,
-                        extra_tags={**base, "pipeline_run_id": self.run_id},
-                    )
+        for cluster in clusters:
+            devices = list(cluster["devices"])
+            accuracy = float(device_accuracy[devices].mean()) if devices else float("nan")
+            versions.append(
+                registry.register_cluster(
+                    client, run_id=run_id, artifact_path=f"{folder}/cluster-{cluster['id']}",
+                    experiment=self.experiment, stage=stage, algorithm=algorithm, seed=seed, timestep=timestep,
+                    cluster=cluster, accuracy=accuracy, extra_tags={**base, "pipeline_run_id": self.run_id},
                 )
-            registry.set_service_aliases(
-                client, versions, experiment=self.experiment, algorithm=algorithm, seed=seed, timestep=timestep
             )
-        client.set_terminated(run_id)
+        registry.set_service_aliases(
+            client, versions, experiment=self.experiment, stage=stage, algorithm=algorithm, seed=seed, timestep=timestep
+        )
         return [registry.ServedModel.from_version(client.get_model_version(v.name, v.version)) for v in versions]
 
     def log_evaluate(self, metrics_path: str | Path, plots_dir: str | Path) -> str:
-        """Per-algorithm summary metrics (``<alg>.accuracy`` …) on the stage and parent runs."""
+        """``metrics.json`` as metrics named by its keys (``coldstart.faacl.accuracy`` …; a
+        per-timestep list becomes one metric with step t), on the stage and parent runs."""
         client, run_id = self.client, self._child("evaluate", self.run_id)
-        summary = json.loads(Path(metrics_path).read_text())
-        metrics = [
-            (f"{algorithm}.{key}", value, 0)
-            for algorithm, scores in summary.items()
-            for key, value in scores.items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool)
-        ]
+        metrics = []
+        for key, value in _flatten(json.loads(Path(metrics_path).read_text())).items():
+            if isinstance(value, list) and all(_is_number(v) for v in value):
+                metrics += [(key, v, t) for t, v in enumerate(value)]
+            elif _is_number(value):
+                metrics.append((key, value, 0))
         _log_metrics(client, run_id, metrics)
         _log_metrics(client, self.run_id, metrics)
         client.log_artifact(run_id, str(metrics_path))
@@ -228,7 +243,7 @@ def track_outputs(
     try:
         tracker.log_partition(params, partitions_dir)
         tracker.log_coldstart(params, partitions_dir, coldstart_dir)
-        if continual_dir is not None and Path(continual_dir).is_dir():
+        if continual_dir is not None and params.continual.enabled and Path(continual_dir).is_dir():
             tracker.log_continual(params, partitions_dir, continual_dir)
         tracker.log_evaluate(metrics_path, plots_dir)
     except BaseException:
@@ -238,10 +253,20 @@ def track_outputs(
     return tracker
 
 
+def _final_metrics(device_accuracy: np.ndarray, groups: np.ndarray, model_of_device: list[int], step: int) -> list:
+    scores = {"final_accuracy": float(device_accuracy.mean()), "final_n_clusters": len(set(model_of_device))}
+    scores |= clustering_scores(groups, np.asarray(model_of_device))
+    return [(k, v, step) for k, v in scores.items()]
+
+
 def _federation_meta(path: Path) -> tuple[dict, np.ndarray]:
     """Input shape / class count and ground-truth groups, without loading the images."""
     with np.load(path, allow_pickle=False) as f:
         return json.loads(f["meta_json"].tobytes().decode()), f["groups"]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, object]:

@@ -1,0 +1,147 @@
+"""Flow ``clusterfed-sweep``: seeds × scenarios × algorithms -> one comparison table and plot.
+
+Every (scenario, algorithm, seed) trains as its own task, so a Dask runner spreads
+them over workers; one partition task per scenario serves all its seeds. Each cell
+of the table is ``clusterfed.evaluation.summarize_runs`` over the seeds — the same
+numbers the evaluate stage reports for those seeds. The sweep compares cold-start
+algorithms (``continual.enabled`` is set to false) and is not tracked in MLflow: run
+``pipelines.pipeline_flow`` for tracked runs and registered models.
+
+    python -m pipelines.sweep_flow --scenarios S1 S2 --seeds 10 55 2077 --runner dask --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from prefect import flow, task  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
+
+from clusterfed.evaluation import summarize_runs  # noqa: E402
+from pipelines import tasks  # noqa: E402
+from pipelines.runners import task_runner  # noqa: E402
+
+COLUMNS = ("scenario", "algorithm", "accuracy", "accuracy_stderr", "stderr_over", "n_clusters", "ari", "nmi", "n_seeds")
+
+
+@flow(name="clusterfed-sweep", log_prints=True)
+def clusterfed_sweep(
+    params_path: str = "params.yaml",
+    scenarios: list[str] | None = None,
+    seeds: list[int] | None = None,
+    algorithms: list[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+    root: str = "runs/sweep",
+) -> list[dict]:
+    """Run every combination (defaults: those of ``params_path``) and write
+    ``<root>/comparison.{csv,json,md,png}``; returns the table's rows."""
+    base = tasks.load_params(params_path, overrides)
+    scenarios = scenarios or [base.scenario.name]
+    seeds = seeds or list(base.seeds)
+    algorithms = algorithms or list(base.coldstart.algorithms)
+    cells = []
+    for scenario in scenarios:
+        shared = {**(overrides or {}), "scenario.name": scenario, "seeds": seeds, "continual.enabled": False}
+        scenario_params = tasks.load_params(params_path, shared)
+        partitions = tasks.StagePaths(Path(root) / scenario).partitions
+        partitioned = tasks.unless_missing(tasks.partition, partitions).submit(scenario_params, partitions)
+        for algorithm in algorithms:
+            for seed in seeds:
+                one = tasks.load_params(params_path, {**shared, "seeds": [seed], "coldstart.algorithms": [algorithm]})
+                run = tasks.StagePaths(Path(root) / scenario / f"{algorithm}-seed{seed}")
+                trained = tasks.unless_missing(tasks.coldstart, run.coldstart).submit(one, partitions, run.coldstart, partitioned)
+                evaluated = tasks.unless_missing(tasks.evaluate, run.metrics, run.plots).submit(one, partitions, run.coldstart, None, run.metrics, run.plots, [trained])
+                cells.append((scenario, algorithm, seed, run, evaluated))
+    runs = {
+        (scenario, algorithm, seed): _run_record(run, algorithm, seed, evaluated.result())
+        for scenario, algorithm, seed, run, evaluated in cells
+    }
+    return write_comparison(runs, Path(root))
+
+
+@task(name="write-comparison", cache_policy=NO_CACHE)
+def write_comparison(runs: dict[tuple[str, str, int], dict], out_dir: Path) -> list[dict]:
+    """Mean ± stderr over seeds per (scenario, algorithm): CSV, JSON, Markdown and a bar plot."""
+    rows = []
+    for scenario, algorithm in dict.fromkeys((s, a) for s, a, _ in runs):
+        per_seed = [r for (s, a, _), r in sorted(runs.items()) if (s, a) == (scenario, algorithm)]
+        rows.append({"scenario": scenario, "algorithm": algorithm, **summarize_runs(per_seed)})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "comparison.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    (out_dir / "comparison.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (out_dir / "comparison.md").write_text(_markdown(rows))
+    _plot(rows, out_dir / "comparison.png")
+    return rows
+
+
+def _run_record(run: tasks.StagePaths, algorithm: str, seed: int, metrics: dict) -> dict:
+    """One seed's run in the form ``summarize_runs`` takes (per-device accuracies included)."""
+    device_accuracy = json.loads((run.coldstart / algorithm / f"seed_{seed}" / "device_accuracy.json").read_text())
+    m = metrics["coldstart"][algorithm]
+    return {"device_accuracy": device_accuracy, "n_clusters": m["n_clusters"], "ari": m["ari"], "nmi": m["nmi"]}
+
+
+def _markdown(rows: list[dict]) -> str:
+    lines = ["| scenario | algorithm | accuracy (%) | clusters | ARI | NMI | seeds |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        acc = f"{100 * r['accuracy']:.2f} ± {100 * r['accuracy_stderr']:.2f}"
+        lines.append(
+            f"| {r['scenario']} | {r['algorithm']} | {acc} | {r['n_clusters']:.1f} | {r['ari']:.2f} | {r['nmi']:.2f} | {r['n_seeds']} |"
+        )
+    return "\n".join(lines) + "\n\nStandard errors over seeds (over devices when there is one seed).\n"
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    scenarios = list(dict.fromkeys(r["scenario"] for r in rows))
+    algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
+    width = 0.8 / len(algorithms)
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(scenarios) * len(algorithms) ** 0.5), 4))
+    for i, algorithm in enumerate(algorithms):
+        by_scenario = {r["scenario"]: r for r in rows if r["algorithm"] == algorithm}
+        x = np.arange(len(scenarios)) + (i - (len(algorithms) - 1) / 2) * width
+        mean = [by_scenario[s]["accuracy"] if s in by_scenario else np.nan for s in scenarios]
+        err = [by_scenario[s]["accuracy_stderr"] if s in by_scenario else 0.0 for s in scenarios]
+        ax.bar(x, mean, width, yerr=err, capsize=3, label=algorithm)
+    ax.set_xticks(range(len(scenarios)), scenarios)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("mean device test accuracy")
+    ax.set_title("mean ± standard error over seeds")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--scenarios", nargs="+")
+    parser.add_argument("--seeds", nargs="+", type=int)
+    parser.add_argument("--algorithms", nargs="+")
+    parser.add_argument("--root", default="runs/sweep")
+    parser.add_argument("--runner", choices=["threads", "dask"], default="threads")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--address", help="Dask scheduler to use instead of a local cluster")
+    args = parser.parse_args(argv)
+    runnable = clusterfed_sweep.with_options(task_runner=task_runner(args.runner, workers=args.workers, address=args.address))
+    rows = runnable(
+        params_path=args.params, scenarios=args.scenarios, seeds=args.seeds, algorithms=args.algorithms, root=args.root
+    )
+    print(_markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
