@@ -22,6 +22,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 run: $(STAMP)
 	dvc repro
+	clusterfed models register
 	dvc metrics show
 
 test: $(STAMP)
