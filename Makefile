@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	dvc repro
 	clusterfed models register
-	dvc metrics show
+	clusterfed summary
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("coldstart", help="stage 2: cluster and train (FAACL and baselines)")
     sub.add_parser("continual", help="stage 3: continual timesteps (C-FAACL and baselines), resumable")
     sub.add_parser("evaluate", help="stage 4: metrics and plots")
+    sub.add_parser("summary", help="print the tables of metrics/metrics.json")
     commands.add_parser(sub)  # `clusterfed models …` (MLflow registry)
     args = parser.parse_args(argv)
     if args.command == "models":
@@ -47,12 +49,21 @@ def main(argv: list[str] | None = None) -> int:
         else:
             CONTINUAL.mkdir(parents=True, exist_ok=True)
             print("continual.enabled is false: nothing to run")
+    elif args.command == "summary":
+        if not METRICS.is_file():
+            print(f"error: {METRICS} not found: run the pipeline first (make run)", file=sys.stderr)
+            return 2
+        _print_report(json.loads(METRICS.read_text()), params)
     elif args.command == "evaluate":
         report = pipeline.evaluate(params, PARTITIONS, COLDSTART, METRICS, PLOTS, CONTINUAL)
-        _print_table("cold start (final round)", report["coldstart"])
-        if "continual" in report:
-            _print_table(f"continual (mean over t = 1..{params.continual.timesteps})", report["continual"])
+        _print_report(report, params)
     return 0
+
+
+def _print_report(report: dict, params) -> None:
+    _print_table("cold start (final round)", report["coldstart"])
+    if "continual" in report:
+        _print_table(f"continual (mean over t = 1..{params.continual.timesteps})", report["continual"])
 
 
 def _print_table(title: str, metrics: dict) -> None:
