@@ -47,6 +47,8 @@ EXPERIMENTS: dict[str, dict] = {
                           "ifca": {"n_clusters": 4},
                           "flacc": {"alpha0": 0.0, "T": 10, "n_merge": 2, "N_sep": 10, "local_epochs": 5}},
         },
+        # FLACC §V-A: two 5x5 convolutions (32, 64 channels), 2x2 max-pools, 512 units
+        "paper_model": {"name": "cnn", "conv_channels": [32, 64], "kernel_size": 5, "hidden": 512},
         # FLACC Table I, rotated MNIST: accuracy % (clusters)
         "paper": {"flacc": (97.92, 4), "fedavg": (95.30, 1), "local": (91.37, None), "ifca": (98.24, 4)},
     },
@@ -59,6 +61,8 @@ EXPERIMENTS: dict[str, dict] = {
             "coldstart": {"algorithms": ["stocfl", "fedavg", "ifca"], "epochs": 50, "ifca": {"n_clusters": 4},
                           "stocfl": {"tau": 0.5, "lam": 0.05, "local_epochs": 1, "batch_size": 50}},
         },
+        # StoCFL §3.1: "a linear classification model with a hidden layer of 2048 units"
+        "paper_model": {"name": "mlp", "hidden": 2048},
         # StoCFL Table 2, shifted MNIST (N = 20, |D| = 9600)
         "paper": {"stocfl": (98.14, 4), "fedavg": (24.44, 1), "ifca": (98.11, 4)},
     },
@@ -71,6 +75,7 @@ EXPERIMENTS: dict[str, dict] = {
             "coldstart": {"algorithms": ["stocfl"], "epochs": 50,
                           "stocfl": {"tau": 0.5, "lam": 0.05, "local_epochs": 5, "batch_size": 50}},
         },
+        "paper_model": {"name": "mlp", "hidden": 2048},
         "paper": {"stocfl": (98.14, 4)},
     },
     "stocfl_rotated": {
@@ -82,6 +87,7 @@ EXPERIMENTS: dict[str, dict] = {
             "coldstart": {"algorithms": ["stocfl", "fedavg", "ifca"], "epochs": 100, "ifca": {"n_clusters": 4},
                           "stocfl": {"tau": 0.5, "lam": 0.05, "local_epochs": 5}},
         },
+        "paper_model": {"name": "mlp", "hidden": 2048},
         # StoCFL Table 1, rotated MNIST N = 1200, |D| = 200, 10 % participation
         "paper": {"stocfl": (96.71, 4), "fedavg": (94.96, 1), "ifca": (91.00, 4)},
     },
@@ -94,13 +100,21 @@ EXPERIMENTS: dict[str, dict] = {
                           "ifca": {"n_clusters": 4}, "fedclust": {"lam": 0.5, "linkage": "average", "init_epochs": 10}},
             "evaluate": {"target_accuracy": 0.9},
         },
+        # FedClust §5.1 uses LeNet-5 on its image datasets (no MNIST column); the
+        # closest here is the CNN with 5x5 kernels.
+        "paper_model": {"name": "cnn", "conv_channels": [6, 16], "kernel_size": 5, "hidden": 120},
         "paper": {},
     },
 }
 
 
 def params_for(name: str, seed: int, device: str, model: str = "mlp"):
-    """The experiment's params for one seed; the baselines run on its first seed only."""
+    """The experiment's params for one seed; the baselines run on its first seed only.
+
+    ``model`` is ``"mlp"`` (the thesis MLP, 128 hidden units: every RESULTS figure),
+    ``"cnn"`` (the library's default CNN) or ``"paper"`` (the experiment's paper's own
+    network, too slow for this 2-core CPU: meant for a GPU).
+    """
     from clusterfed.config import parse_params
 
     spec = EXPERIMENTS[name]
@@ -110,7 +124,7 @@ def params_for(name: str, seed: int, device: str, model: str = "mlp"):
         raw["coldstart"]["algorithms"] = raw["coldstart"]["algorithms"][:1]
     raw["data"] = {"dataset": "mnist", "root": ROOT}
     raw["training"]["device"] = device
-    raw["model"] = {"name": model}
+    raw["model"] = dict(spec["paper_model"]) if model == "paper" else {"name": model}
     raw["continual"] = {"enabled": False}
     return parse_params(raw, source=f"benchmark {name}")
 
@@ -170,8 +184,9 @@ def main() -> None:
     p.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS), choices=list(EXPERIMENTS))
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="override the experiment's seeds")
     p.add_argument("--device", default="auto")
-    p.add_argument("--model", default="mlp", choices=["mlp", "cnn"],
-                   help="mlp: the thesis MLP (all RESULTS figures); cnn: closer to FLACC's CNN, for a GPU")
+    p.add_argument("--model", default="mlp", choices=["mlp", "cnn", "paper"],
+                   help="mlp: the thesis MLP (all RESULTS figures); cnn: the library's small CNN; "
+                        "paper: each paper's own network (FLACC's CNN, StoCFL's 2048-unit MLP), for a GPU")
     p.add_argument("--out", default="benchmarks/out/seed_methods")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 when runs share cores)")
     p.add_argument("--summarize", action="store_true")

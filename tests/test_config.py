@@ -39,6 +39,8 @@ def test_repository_params_are_valid():
         ({"training": {"participation": 0.2}}, "coldstart.algorithms: ['faacl', 'centralized'] need every device"),
         ({"training": {"participation": 0.0}}, "training.participation: Input should be greater than 0"),
         ({"coldstart": {"algorithms": ["fedsoft"]}}, "coldstart.algorithms.0: Input should be"),
+        ({"model": {"kernel_size": 4}}, "model.kernel_size: Value error, kernel_size must be odd"),
+        ({"model": {"conv_channels": [32]}}, "model.conv_channels.1: Field required (got [32])"),
     ],
 )
 def test_bad_values_name_the_key(raw, message):

@@ -79,6 +79,17 @@ class ScenarioParams(_Section):
 class ModelParams(_Section):
     name: Literal["mlp", "cnn"] = "mlp"
     hidden: PositiveInt = 128
+    conv_channels: tuple[PositiveInt, PositiveInt] = Field(
+        (16, 32), description="CNN only: channels of its two convolutions (FLACC's MNIST CNN: [32, 64])."
+    )
+    kernel_size: PositiveInt = Field(3, description="CNN only: odd convolution kernel size (FLACC: 5).")
+
+    @field_validator("kernel_size")
+    @classmethod
+    def _odd(cls, v):
+        if v % 2 == 0:
+            raise ValueError(f"kernel_size must be odd (convolutions keep the image size), got {v}")
+        return v
 
 
 class TrainingParams(_Section):

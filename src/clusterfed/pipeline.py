@@ -94,6 +94,8 @@ def build_engine(params: Params, federation: Federation) -> Engine:
         federation,
         model=params.model.name,
         hidden=params.model.hidden,
+        conv_channels=params.model.conv_channels,
+        kernel_size=params.model.kernel_size,
         training=TrainingConfig(lr=t.lr, l2=t.l2, batch_size=t.batch_size, local_epochs=t.local_epochs),
         device=t.device,
     )
@@ -396,7 +398,7 @@ def _evaluate_continual(params: Params, continual_dir: Path, plots: Path) -> dic
     )
     plot_curves(
         cluster_curves, plots / "continual" / "clusters.png", xlabel="timestep",
-        ylabel="clusters serving devices", title=title,
+        ylabel="clusters serving devices", title=title, integer_y=True,
     )
     return out
 
@@ -407,6 +409,9 @@ def _fingerprint(params: Params, algorithm: str, seed: int) -> str:
 
     relevant = params.model_dump(include={"data", "scenario", "model", "training", "continual"})
     relevant["continual"].pop("algorithms")
+    if params.model.name == "mlp":  # the MLP ignores the CNN's shape
+        for key in ("conv_channels", "kernel_size"):
+            relevant["model"].pop(key)
     blob = json.dumps({"params": relevant, "algorithm": algorithm, "seed": seed}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

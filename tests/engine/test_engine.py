@@ -1,5 +1,7 @@
 """The batched engine equals a device-by-device reference on real digits data."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -21,7 +23,7 @@ def sequential_local_sgd(model, params, data, device_of_pair, *, epochs, generat
     states = []
     orders = [epoch_orders(counts, data.x.shape[1], generator) for _ in range(epochs)]
     for p, d in enumerate(device_of_pair.tolist()):
-        net = build_model(type(model).__name__.lower(), tuple(data.x.shape[2:]), 10, hidden=32)
+        net = copy.deepcopy(model)  # same architecture and shape as the engine's module
         net.load_state_dict({k: v[p] for k, v in params.items()})
         n = int(data.counts[d])
         for order in orders:
@@ -47,10 +49,16 @@ def a2_engine(digits):
     return Engine(fed, hidden=32, training=TrainingConfig(lr=LR, l2=L2, batch_size=BATCH), device="cpu")
 
 
-@pytest.mark.parametrize("architecture", ["mlp", "cnn"])
-def test_batched_local_sgd_equals_device_by_device_reference(digits, architecture):
+@pytest.mark.parametrize(
+    "architecture, shape",
+    [("mlp", {}), ("cnn", {}), ("cnn", {"conv_channels": (4, 6), "kernel_size": 5})],
+    ids=["mlp", "cnn", "cnn-5x5"],
+)
+def test_batched_local_sgd_equals_device_by_device_reference(digits, architecture, shape):
     fed = build_scenario(digits, "A2", group_sizes=[3, 3], seed=3)
-    engine = Engine(fed, model=architecture, hidden=32, training=TrainingConfig(lr=LR, l2=L2), device="cpu")
+    engine = Engine(
+        fed, model=architecture, hidden=32, training=TrainingConfig(lr=LR, l2=L2), device="cpu", **shape
+    )
     params = engine.init_params(4, torch.Generator().manual_seed(0), distinct=True)
     start = take(params, [0, 1, 2, 3, 3, 0])  # pairs: models reused across devices
     devices = torch.arange(6)

@@ -16,8 +16,8 @@ from clusterfed.tracking.model_files import (
 )
 
 
-def _trained_like(architecture: str, input_shape: tuple[int, ...], seed: int) -> torch.nn.Module:
-    module = build_model(architecture, input_shape, 10, hidden=32)
+def _trained_like(architecture: str, input_shape: tuple[int, ...], seed: int, **shape) -> torch.nn.Module:
+    module = build_model(architecture, input_shape, 10, hidden=32, **shape)
     glorot_init_(module, torch.Generator().manual_seed(seed))
     with torch.no_grad():  # non-zero biases too, so a dropped tensor would show
         for name, p in module.named_parameters():
@@ -40,6 +40,27 @@ def test_roundtrip_gives_identical_predictions(tmp_path, digits, architecture, i
     assert loaded.spec == spec
     assert sorted(p.name for p in path.iterdir()) == ["model.safetensors", "spec.json"]
     assert json.loads((path / "spec.json").read_text())["format"] == FORMAT
+
+
+def test_cnn_shape_travels_in_the_spec(tmp_path, digits):
+    module = _trained_like("cnn", (1, 8, 8), seed=5, conv_channels=(4, 6), kernel_size=5)
+    spec = ModelSpec("cnn", (1, 8, 8), 10, 32, conv_channels=(4, 6), kernel_size=5)
+    path = save_cluster_model(tmp_path / "m", module.state_dict(), spec)
+    assert json.loads((path / "spec.json").read_text())["conv_channels"] == [4, 6]
+    loaded = load_cluster_model(path)
+    x = torch.as_tensor(digits.x_test[:50])
+    with torch.no_grad():
+        assert torch.equal(loaded.module(x), module(x))
+    assert loaded.module.conv1.weight.shape == (4, 1, 5, 5)
+
+
+def test_spec_files_without_cnn_shape_load_with_the_defaults(tmp_path):
+    module = _trained_like("cnn", (1, 8, 8), seed=0)
+    path = save_cluster_model(tmp_path / "m", module.state_dict(), ModelSpec("cnn", (1, 8, 8), 10, 32))
+    raw = json.loads((path / "spec.json").read_text())
+    del raw["conv_channels"], raw["kernel_size"]  # as written before they were configurable
+    (path / "spec.json").write_text(json.dumps(raw))
+    assert load_cluster_model(path).spec.conv_channels == (16, 32)
 
 
 def test_row_of_stacked_params_is_that_models_state_dict(digits):

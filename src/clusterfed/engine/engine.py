@@ -49,6 +49,10 @@ class Engine:
     training : TrainingConfig
     hidden : int, default=128
         Hidden width of the model.
+    conv_channels : tuple of int, default=(16, 32)
+        Channels of the CNN's two convolutions (the MLP ignores them).
+    kernel_size : int, default=3
+        Odd kernel size of the CNN's convolutions.
     device : str, default="auto"
     """
 
@@ -59,12 +63,19 @@ class Engine:
         model: str = "mlp",
         training: TrainingConfig = TrainingConfig(),
         hidden: int = 128,
+        conv_channels: tuple[int, int] = (16, 32),
+        kernel_size: int = 3,
         device: str = "auto",
     ) -> None:
         self.device = select_device(device)
         self.training = training
         self.model: nn.Module = build_model(
-            model, federation.input_shape, federation.n_classes, hidden=hidden
+            model,
+            federation.input_shape,
+            federation.n_classes,
+            hidden=hidden,
+            conv_channels=conv_channels,
+            kernel_size=kernel_size,
         ).to(self.device)
         self.data = FederationTensors.from_federation(federation, self.device)
         self.n_devices = federation.n_devices

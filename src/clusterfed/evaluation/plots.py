@@ -10,6 +10,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+_LINESTYLES = ("-", "--", "-.", ":")
+_MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
 def plot_curves(
@@ -22,13 +26,28 @@ def plot_curves(
     first_x: int = 0,
     ylim: tuple[float, float] | None = None,
     x: dict[str, list[float]] | None = None,
+    integer_y: bool = False,
 ) -> None:
     """One line per algorithm (e.g. accuracy per round, or clusters per timestep);
-    ``x`` gives each line its own abscissae (e.g. megabytes sent) instead of indices."""
+    ``x`` gives each line its own abscissae (e.g. megabytes sent) instead of indices.
+
+    Lines differ in style and marker as well as colour, so algorithms with equal
+    values (two methods that both keep 2 clusters) stay visible on top of each other;
+    ``integer_y`` keeps counts on whole-number ticks.
+    """
     fig, ax = plt.subplots(figsize=(7, 4))
-    for name, values in curves.items():
+    for i, (name, values) in enumerate(curves.items()):
         xs = x[name] if x is not None else range(first_x, first_x + len(values))
-        ax.plot(xs, values, marker="o" if len(values) < 30 else None, label=name)
+        ax.plot(
+            xs,
+            values,
+            linestyle=_LINESTYLES[i % len(_LINESTYLES)],
+            marker=_MARKERS[i % len(_MARKERS)] if len(values) < 30 else None,
+            markersize=8 - 1.5 * (i % 3),
+            label=name,
+        )
+    if integer_y:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if ylim:

@@ -79,14 +79,31 @@ class MLP(nn.Module):
 
 
 class CNN(nn.Module):
-    """Two 3x3 conv / max-pool blocks and a dense head, for CIFAR-sized inputs too."""
+    """Two conv / ReLU / 2x2 max-pool blocks and a dense head, for CIFAR-sized inputs too.
 
-    def __init__(self, input_shape: tuple[int, ...], n_classes: int, *, hidden: int = 128):
+    The defaults (3x3 kernels, 16 and 32 channels, 128 hidden units) are cheap enough
+    for CPU runs; FLACC §V-A's MNIST network is ``kernel_size=5,
+    conv_channels=(32, 64), hidden=512``. Convolutions keep the spatial size
+    (padding ``kernel_size // 2``), so the head sees ``c2 · (H // 4) · (W // 4)`` features.
+    """
+
+    def __init__(
+        self,
+        input_shape: tuple[int, ...],
+        n_classes: int,
+        *,
+        hidden: int = 128,
+        conv_channels: tuple[int, int] = (16, 32),
+        kernel_size: int = 3,
+    ):
         super().__init__()
+        if kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be odd (same-size padding), got {kernel_size}")
         channels, height, width = input_shape
-        self.conv1 = nn.Conv2d(channels, 16, 3, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.hidden = nn.Linear(32 * (height // 4) * (width // 4), hidden)
+        c1, c2 = conv_channels
+        self.conv1 = nn.Conv2d(channels, c1, kernel_size, padding=kernel_size // 2)
+        self.conv2 = nn.Conv2d(c1, c2, kernel_size, padding=kernel_size // 2)
+        self.hidden = nn.Linear(c2 * (height // 4) * (width // 4), hidden)
         self.output = nn.Linear(hidden, n_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -98,21 +115,22 @@ class CNN(nn.Module):
     def stacked_forward(params: Params, x: torch.Tensor, *, shared_input: bool) -> torch.Tensor:
         """Logits ``[M, N, K]`` by grouped convolutions (one group per model)."""
         m = params["conv1.weight"].shape[0]
+        pad = params["conv1.weight"].shape[-1] // 2
         if shared_input:  # [N, C, H, W]: every model sees the same images
             h = F.conv2d(
-                x, params["conv1.weight"].flatten(0, 1), params["conv1.bias"].flatten(), padding=1
+                x, params["conv1.weight"].flatten(0, 1), params["conv1.bias"].flatten(), padding=pad
             )
         else:  # [M, N, C, H, W] -> [N, M*C, H, W]
             n = x.shape[1]
             x = x.transpose(0, 1).reshape(n, -1, *x.shape[-2:])
             h = F.conv2d(
-                x, params["conv1.weight"].flatten(0, 1), params["conv1.bias"].flatten(), padding=1, groups=m
+                x, params["conv1.weight"].flatten(0, 1), params["conv1.bias"].flatten(), padding=pad, groups=m
             )
         h = F.max_pool2d(h.relu(), 2)
         h = F.conv2d(
-            h, params["conv2.weight"].flatten(0, 1), params["conv2.bias"].flatten(), padding=1, groups=m
+            h, params["conv2.weight"].flatten(0, 1), params["conv2.bias"].flatten(), padding=pad, groups=m
         )
-        h = F.max_pool2d(h.relu(), 2)  # [N, M*32, h, w]
+        h = F.max_pool2d(h.relu(), 2)  # [N, M*c2, h, w]
         h = h.view(h.shape[0], m, -1).transpose(0, 1)  # [M, N, features]
         h = _stacked_linear(params["hidden.weight"], params["hidden.bias"], h, False)
         return _stacked_linear(params["output.weight"], params["output.bias"], h.relu(), False)
@@ -132,13 +150,22 @@ def _stacked_linear(
 
 
 def build_model(
-    name: str, input_shape: tuple[int, ...], n_classes: int, *, hidden: int = 128
+    name: str,
+    input_shape: tuple[int, ...],
+    n_classes: int,
+    *,
+    hidden: int = 128,
+    conv_channels: tuple[int, int] = (16, 32),
+    kernel_size: int = 3,
 ) -> nn.Module:
-    """The architecture template ``name`` for inputs of ``input_shape`` (C, H, W)."""
+    """The architecture template ``name`` for inputs of ``input_shape`` (C, H, W);
+    ``conv_channels`` and ``kernel_size`` shape the CNN and are ignored by the MLP."""
     if name == "mlp":
         return MLP(input_shape, n_classes, hidden=hidden)
     if name == "cnn":
-        return CNN(input_shape, n_classes, hidden=hidden)
+        return CNN(
+            input_shape, n_classes, hidden=hidden, conv_channels=tuple(conv_channels), kernel_size=kernel_size
+        )
     raise ValueError(f"unknown model {name!r}; expected one of {MODELS}")
 
 

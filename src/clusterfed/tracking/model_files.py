@@ -33,6 +33,8 @@ class ModelSpec:
     input_shape: tuple[int, ...]
     n_classes: int
     hidden: int
+    conv_channels: tuple[int, int] = (16, 32)
+    kernel_size: int = 3
     provenance: dict = field(default_factory=dict)
     format: str = FORMAT
 
@@ -46,6 +48,9 @@ class ModelSpec:
             input_shape=tuple(int(s) for s in raw["input_shape"]),
             n_classes=int(raw["n_classes"]),
             hidden=int(raw["hidden"]),
+            # Files written before the CNN was configurable hold the defaults.
+            conv_channels=tuple(int(c) for c in raw.get("conv_channels", (16, 32))),
+            kernel_size=int(raw.get("kernel_size", 3)),
             provenance=dict(raw.get("provenance", {})),
         )
 
@@ -81,7 +86,7 @@ def save_cluster_model(path: str | Path, state_dict: dict[str, torch.Tensor], sp
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     save_file(state_dict, str(path / WEIGHTS), metadata={"format": FORMAT})
-    spec_json = asdict(spec) | {"input_shape": list(spec.input_shape)}
+    spec_json = asdict(spec) | {"input_shape": list(spec.input_shape), "conv_channels": list(spec.conv_channels)}
     (path / SPEC).write_text(json.dumps(spec_json, indent=2) + "\n")
     return path
 
@@ -96,4 +101,11 @@ def load_cluster_model(path: str | Path) -> ClusterModel:
 
 
 def _build(spec: ModelSpec) -> nn.Module:
-    return build_model(spec.architecture, spec.input_shape, spec.n_classes, hidden=spec.hidden)
+    return build_model(
+        spec.architecture,
+        spec.input_shape,
+        spec.n_classes,
+        hidden=spec.hidden,
+        conv_channels=spec.conv_channels,
+        kernel_size=spec.kernel_size,
+    )

@@ -186,6 +186,8 @@ class PipelineTracker:
                     input_shape=tuple(meta["input_shape"]),
                     n_classes=int(meta["n_classes"]),
                     hidden=params.model.hidden,
+                    conv_channels=params.model.conv_channels,
+                    kernel_size=params.model.kernel_size,
                     provenance={**base, "stage": stage, "algorithm": algorithm, "seed": seed, "timestep": timestep, **cluster},
                 )
                 save_cluster_model(Path(tmp) / f"cluster-{cluster['id']}", cluster_state_dict(stacked, cluster["model_index"]), spec)
