@@ -43,7 +43,7 @@ def plot_curves(
             values,
             linestyle=_LINESTYLES[i % len(_LINESTYLES)],
             marker=_MARKERS[i % len(_MARKERS)] if len(values) < 30 else None,
-            markersize=8 - 1.5 * (i % 3),
+            markersize=max(3.0, 9.0 - 2.0 * i),  # later (on top) lines smaller: all show
             label=name,
         )
     if integer_y:
