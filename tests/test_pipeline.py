@@ -154,3 +154,15 @@ def test_traffic_scores_split_clustering_and_training_rounds():
     assert summary["accuracy"] == pytest.approx(0.75) and summary["n_clusters"] == 2.5
     assert summary["ari"] is None and summary["rounds_to_target"] is None
     assert summary["target_reached"] == "1/2" and summary["mb_per_round_training"] == 2.0
+
+
+def test_checkpoint_fingerprint_follows_only_what_the_model_uses():
+    """An MLP run's checkpoints survive a change of the CNN-only keys; a CNN's do not."""
+    base = {"data": {"dataset": "digits"}}
+    mlp = parse_params(base)
+    mlp_other_cnn = parse_params({**base, "model": {"conv_channels": [32, 64], "kernel_size": 5}})
+    assert pipeline._fingerprint(mlp, "cfaacl", 10) == pipeline._fingerprint(mlp_other_cnn, "cfaacl", 10)
+    cnn = parse_params({**base, "model": {"name": "cnn"}})
+    cnn_5x5 = parse_params({**base, "model": {"name": "cnn", "kernel_size": 5}})
+    assert pipeline._fingerprint(cnn, "cfaacl", 10) != pipeline._fingerprint(cnn_5x5, "cfaacl", 10)
+    assert pipeline._fingerprint(mlp, "cfaacl", 10) != pipeline._fingerprint(mlp, "cfaacl", 11)
