@@ -36,6 +36,12 @@ from pathlib import Path
 ROOT = str(Path(__file__).resolve().parents[2] / "shared" / "datasets")
 SEEDS5 = [10, 55, 2077, 1, 2]
 
+# StoCFL Table 2's partition: 20 clients, labels shifted by s ∈ {0, 3, 6, 9}.
+SHIFTED_MNIST = {"name": "shifted", "group_sizes": [5, 5, 5, 5], "samples_per_device": 9600,
+                 "test_samples_per_device": 400, "val_fraction": 0.05}
+# StoCFL §3.1: "a linear classification model with a hidden layer of 2048 units".
+STOCFL_MLP = {"name": "mlp", "hidden": 2048}
+
 EXPERIMENTS: dict[str, dict] = {
     "flacc_rotated": {
         "seeds": SEEDS5,
@@ -55,27 +61,24 @@ EXPERIMENTS: dict[str, dict] = {
     "stocfl_shifted": {
         "seeds": [10],
         "params": {
-            "scenario": {"name": "shifted", "group_sizes": [5, 5, 5, 5], "samples_per_device": 9600,
-                         "test_samples_per_device": 400, "val_fraction": 0.05},
+            "scenario": SHIFTED_MNIST,
             "training": {"lr": 0.1, "l2": 0.0, "batch_size": 50, "local_epochs": 1, "participation": 1.0},
             "coldstart": {"algorithms": ["stocfl", "fedavg", "ifca"], "epochs": 50, "ifca": {"n_clusters": 4},
                           "stocfl": {"tau": 0.5, "lam": 0.05, "local_epochs": 1, "batch_size": 50}},
         },
-        # StoCFL §3.1: "a linear classification model with a hidden layer of 2048 units"
-        "paper_model": {"name": "mlp", "hidden": 2048},
+        "paper_model": STOCFL_MLP,
         # StoCFL Table 2, shifted MNIST (N = 20, |D| = 9600)
         "paper": {"stocfl": (98.14, 4), "fedavg": (24.44, 1), "ifca": (98.11, 4)},
     },
     "stocfl_shifted_e5": {
         "seeds": [10],
         "params": {
-            "scenario": {"name": "shifted", "group_sizes": [5, 5, 5, 5], "samples_per_device": 9600,
-                         "test_samples_per_device": 400, "val_fraction": 0.05},
+            "scenario": SHIFTED_MNIST,
             "training": {"lr": 0.1, "l2": 0.0, "batch_size": 50, "participation": 1.0},
             "coldstart": {"algorithms": ["stocfl"], "epochs": 50,
                           "stocfl": {"tau": 0.5, "lam": 0.05, "local_epochs": 5, "batch_size": 50}},
         },
-        "paper_model": {"name": "mlp", "hidden": 2048},
+        "paper_model": STOCFL_MLP,
         "paper": {"stocfl": (98.14, 4)},
     },
     "stocfl_rotated": {
@@ -87,7 +90,7 @@ EXPERIMENTS: dict[str, dict] = {
             "coldstart": {"algorithms": ["stocfl", "fedavg", "ifca"], "epochs": 100, "ifca": {"n_clusters": 4},
                           "stocfl": {"tau": 0.5, "lam": 0.05, "local_epochs": 5}},
         },
-        "paper_model": {"name": "mlp", "hidden": 2048},
+        "paper_model": STOCFL_MLP,
         # StoCFL Table 1, rotated MNIST N = 1200, |D| = 200, 10 % participation
         "paper": {"stocfl": (96.71, 4), "fedavg": (94.96, 1), "ifca": (91.00, 4)},
     },

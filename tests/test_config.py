@@ -13,6 +13,14 @@ from clusterfed.config import ParamsError, load_params, parse_params
 REPO = Path(__file__).resolve().parents[1]
 
 
+def test_model_defaults_are_the_libraries():
+    from clusterfed import models
+    from clusterfed.config import ModelParams
+
+    assert ModelParams().conv_channels == models.CONV_CHANNELS
+    assert ModelParams().kernel_size == models.KERNEL_SIZE
+
+
 def test_repository_params_are_valid():
     params = load_params(REPO / "params.yaml")
     assert params.data.dataset == "digits"

@@ -79,6 +79,8 @@ class ScenarioParams(_Section):
 class ModelParams(_Section):
     name: Literal["mlp", "cnn"] = "mlp"
     hidden: PositiveInt = 128
+    # Same defaults as clusterfed.models.CONV_CHANNELS / KERNEL_SIZE, written out so
+    # that loading params does not import torch (a test keeps them equal).
     conv_channels: tuple[PositiveInt, PositiveInt] = Field(
         (16, 32), description="CNN only: channels of its two convolutions (FLACC's MNIST CNN: [32, 64])."
     )

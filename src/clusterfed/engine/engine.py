@@ -18,7 +18,7 @@ from clusterfed.engine.evaluation import all_pairs_losses, own_model_accuracy, o
 from clusterfed.engine.local_sgd import QuadraticPenalty, local_sgd, squared_gradients
 from clusterfed.engine.stacked import StackedParams, init_stacked, is_finite
 from clusterfed.engine.tensors import FederationTensors, PaddedSplit
-from clusterfed.models import build_model
+from clusterfed.models import CONV_CHANNELS, KERNEL_SIZE, build_model
 from clusterfed.scenarios import Federation
 
 
@@ -63,8 +63,8 @@ class Engine:
         model: str = "mlp",
         training: TrainingConfig = TrainingConfig(),
         hidden: int = 128,
-        conv_channels: tuple[int, int] = (16, 32),
-        kernel_size: int = 3,
+        conv_channels: tuple[int, int] = CONV_CHANNELS,
+        kernel_size: int = KERNEL_SIZE,
         device: str = "auto",
     ) -> None:
         self.device = select_device(device)

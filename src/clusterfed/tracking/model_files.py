@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from clusterfed.models import build_model
+from clusterfed.models import CONV_CHANNELS, KERNEL_SIZE, build_model
 
 FORMAT = "clusterfed-cluster-model/1"
 WEIGHTS = "model.safetensors"
@@ -33,8 +33,8 @@ class ModelSpec:
     input_shape: tuple[int, ...]
     n_classes: int
     hidden: int
-    conv_channels: tuple[int, int] = (16, 32)
-    kernel_size: int = 3
+    conv_channels: tuple[int, int] = CONV_CHANNELS
+    kernel_size: int = KERNEL_SIZE
     provenance: dict = field(default_factory=dict)
     format: str = FORMAT
 
@@ -49,8 +49,8 @@ class ModelSpec:
             n_classes=int(raw["n_classes"]),
             hidden=int(raw["hidden"]),
             # Files written before the CNN was configurable hold the defaults.
-            conv_channels=tuple(int(c) for c in raw.get("conv_channels", (16, 32))),
-            kernel_size=int(raw.get("kernel_size", 3)),
+            conv_channels=tuple(int(c) for c in raw.get("conv_channels", CONV_CHANNELS)),
+            kernel_size=int(raw.get("kernel_size", KERNEL_SIZE)),
             provenance=dict(raw.get("provenance", {})),
         )
 
