@@ -1,8 +1,9 @@
 """``clusterfed`` command line: validate params and run pipeline stages.
 
-Heavy libraries are imported only by the commands that use them: ``--help`` imports
-none, ``validate`` and ``summary`` only what the params schema needs (the method
-registry, hence torch), the stages torch, the ``models`` commands MLflow.
+Heavy libraries are imported only by the commands that use them: ``--help``,
+``validate`` and ``summary`` import none (the params schema reads the methods'
+declarations from source, ``clusterfed.declared``), the stages torch, the ``models``
+commands MLflow.
 """
 
 from __future__ import annotations

@@ -12,13 +12,16 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AfterValidator, Field, ValidationError, create_model, field_validator
 
-from clusterfed import registry
-from clusterfed.algorithms.fedcref.fedcref import HYPERPARAMETERS as FEDCREF_HYPERPARAMETERS
-from clusterfed.algorithms.protocol import PARTICIPATION, ROUNDS
-from clusterfed.continual.protocol import CONTINUAL_ROUNDS
+from clusterfed import declared, registry
 from clusterfed.data import DATASETS
 from clusterfed.scenarios.static import NoiseParams, ScarcityParams
 from clusterfed.hyperparams import Param, Section, markdown_table, section_model
+
+# The declarations are read from the methods' source, not imported (no torch here).
+ROUNDS: Param = declared.value("clusterfed.algorithms.protocol", "ROUNDS")
+PARTICIPATION: Param = declared.value("clusterfed.algorithms.protocol", "PARTICIPATION")
+CONTINUAL_ROUNDS: Param = declared.value("clusterfed.continual.protocol", "CONTINUAL_ROUNDS")
+FEDCREF_HYPERPARAMETERS: tuple[Param, ...] = declared.value("clusterfed.algorithms.fedcref.fedcref", "HYPERPARAMETERS")
 
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 Probability = Annotated[float, Field(gt=0.0, lt=1.0)]
@@ -131,13 +134,13 @@ def _algorithm_section(kind: str, doc: str, common: tuple[Param, ...], fields: d
     """The section of one kind of method, derived from the registry: ``algorithms``
     (the registered names), the kind's common parameters, and one subsection per
     method that declares hyperparameters, named after the method."""
-    found = registry.methods(kind)
+    found = registry.declarations(kind)
     names = tuple(found)
-    default = list(registry.methods(kind, builtin_only=True))
+    default = list(registry.declarations(kind, builtin_only=True))
     algorithms = Annotated[list[Literal[names]], Field(min_length=1), AfterValidator(_unique)]  # type: ignore[valid-type]
     sections = {
-        name: (section_model(f"{cls.__name__}Params", cls.hyperparameters), section_model(f"{cls.__name__}Params", cls.hyperparameters)())
-        for name, cls in found.items() if cls.hyperparameters
+        name: (section_model(f"{d.qualname}Params", d.hyperparameters), section_model(f"{d.qualname}Params", d.hyperparameters)())
+        for name, d in found.items() if d.hyperparameters
     }
     return create_model(
         f"{kind.capitalize()}Params", __base__=_Section, __doc__=doc,
@@ -149,7 +152,7 @@ ColdstartParams = _algorithm_section(
     "coldstart", "Cold-start methods (registry kind ``coldstart``) and their hyperparameters.", (ROUNDS,), {}
 )
 
-CONTINUAL_ALGORITHMS: tuple[str, ...] = tuple(registry.methods("continual"))
+CONTINUAL_ALGORITHMS: tuple[str, ...] = tuple(registry.declarations("continual"))
 
 ContinualParams = _algorithm_section(
     "continual",
@@ -235,7 +238,7 @@ def _cross_checks(params: Params) -> list[str]:
     if s.name in THESIS_SCENARIOS and isinstance(s.samples_per_device, list):
         out.append(f"scenario.samples_per_device: scenario {s.name} takes one number, not a range")
     if params.training.participation < 1.0:
-        full = [a for a in params.coldstart.algorithms if registry.get("coldstart", a).full_participation]
+        full = [a for a in params.coldstart.algorithms if registry.declarations("coldstart")[a].full_participation]
         if full:
             out.append(
                 f"coldstart.algorithms: {full} need every device in every round "
@@ -313,11 +316,11 @@ TABLE_END = "<!-- params-table end -->"
 def params_table() -> str:
     """The README's table of every method parameter, from the declarations."""
     rows = [("training.participation", PARTICIPATION), ("coldstart.rounds", ROUNDS)]
-    for name, cls in registry.methods("coldstart").items():
-        rows += [(f"coldstart.{name}.{p.name}", p) for p in cls.hyperparameters]
+    for name, d in registry.declarations("coldstart").items():
+        rows += [(f"coldstart.{name}.{p.name}", p) for p in d.hyperparameters]
     rows.append(("continual.rounds", CONTINUAL_ROUNDS))
-    for name, cls in registry.methods("continual").items():
-        rows += [(f"continual.{name}.{p.name}", p) for p in cls.hyperparameters]
+    for name, d in registry.declarations("continual").items():
+        rows += [(f"continual.{name}.{p.name}", p) for p in d.hyperparameters]
     rows += [(f"unsupervised.fedcref.{p.name}", p) for p in FEDCREF_HYPERPARAMETERS]
     return markdown_table(rows)
 
