@@ -2,7 +2,7 @@
 
 Each run is one (experiment, method, seed): the federation is the one
 ``seed_methods_mnist.py`` builds for the experiment (same params, same seed, through
-``pipeline.build_federation`` / ``build_engine``), the method is a library class
+``clusterfed.build.build_federation`` / ``build_engine``), the method is a library class
 fitted on it (the registered method with the experiment's rounds and
 participation unless the method's entry overrides them), and the run writes ``--out/<experiment>/<method>/seed_<s>.json``
 (accuracy, clusters, ARI/NMI, traffic, wall time, per-round history). A run whose
@@ -67,7 +67,7 @@ def build(name: str, kwargs: dict, params):
 def run(args) -> None:
     import numpy as np
 
-    from clusterfed import pipeline
+    from clusterfed import build as pipeline
     from clusterfed.evaluation.metrics import clustering_scores, mean_stderr, traffic_scores
 
     for experiment in args.experiments:

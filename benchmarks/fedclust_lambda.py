@@ -20,7 +20,7 @@ import torch
 
 from clusterfed.algorithms.base import generators
 from clusterfed.algorithms.fedclust import local_final_layers, proximity_matrix
-from clusterfed.pipeline import build_engine, build_federation
+from clusterfed.build import build_engine, build_federation
 from seed_methods_mnist import EXPERIMENTS, params_for
 
 

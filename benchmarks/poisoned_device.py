@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import yaml
 
-from clusterfed import pipeline
+from clusterfed import build as pipeline
 from clusterfed.config import parse_params
 import clusterfed.engine.engine as engine_module
 from clusterfed.engine import Engine

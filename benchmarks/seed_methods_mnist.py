@@ -2,7 +2,7 @@
 
 Each experiment is a params.yaml-style dict run through the pipeline's own stage
 functions (partition -> coldstart -> evaluate), one seed at a time into
-``--out/<experiment>/seed_<s>/``; a seed whose ``metrics.json`` exists is skipped,
+``--out/<experiment>/seed_<s>/`` (a ``RunLayout``); a seed whose ``metrics.json`` exists is skipped,
 so rerunning resumes. ``--summarize`` prints the tables of RESULTS.md.
 
     .venv/bin/python benchmarks/seed_methods_mnist.py --experiments flacc_rotated --threads 1
@@ -133,18 +133,20 @@ def params_for(name: str, seed: int, device: str, model: str = "mlp"):
 
 
 def run(args) -> None:
-    from clusterfed import pipeline
+    from clusterfed import stages
+    from clusterfed.layout import RunLayout
 
     for name in args.experiments:
         for seed in args.seeds or EXPERIMENTS[name]["seeds"]:
             out = Path(args.out) / name / f"seed_{seed}"
-            if (out / "metrics.json").is_file():
+            layout = RunLayout(out)
+            if layout.metrics.is_file():
                 continue
             params = params_for(name, seed, args.device, args.model)
             t0 = time.perf_counter()
-            pipeline.partition(params, out / "partitions")
-            pipeline.coldstart(params, out / "partitions", out / "coldstart", progress=True)
-            pipeline.evaluate(params, out / "partitions", out / "coldstart", out / "metrics.json", out / "plots")
+            stages.partition(params, layout)
+            stages.coldstart(params, layout, progress=True)
+            stages.evaluate(params, layout)
             (out / "wall.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
             print(f"{name} seed {seed}: {time.perf_counter() - t0:.0f} s", flush=True)
 
@@ -154,7 +156,7 @@ def summarize(args) -> None:
 
     for name in args.experiments:
         spec = EXPERIMENTS[name]
-        runs = sorted((Path(args.out) / name).glob("seed_*/metrics.json"))
+        runs = sorted((Path(args.out) / name).glob("seed_*/metrics/metrics.json"))
         if not runs:
             print(f"## {name}: not run\n")
             continue

@@ -55,13 +55,14 @@ def params_for(args, setting: str, scenario: str):
 
 
 def run(args) -> None:
-    from clusterfed import pipeline
+    from clusterfed import stages
+    from clusterfed.layout import RunLayout
 
     for setting in args.settings:
         for scenario in args.scenarios:
             out = Path(args.out) / f"{setting}_{scenario}"
             t0 = time.perf_counter()
-            pipeline.continual(params_for(args, setting, scenario), out, progress=True)
+            stages.continual(params_for(args, setting, scenario), RunLayout(out), progress=True)
             print(f"{setting} {scenario}: {time.perf_counter() - t0:.0f} s", flush=True)
 
 
@@ -69,6 +70,8 @@ def summarize(args) -> None:
     """One row per (setting, scenario): each algorithm's mean accuracy over t = 1..10
     (± stderr over seeds when several), the thesis figure beside it, the clusters at
     t = 10 and the concept-reuse rate; wall seconds per timestep."""
+    from clusterfed.layout import RunLayout
+
     print(f"MNIST continual, T = 10, {args.epochs} epochs per timestep, seeds {args.seeds}: mean accuracy % "
           "over t = 1..10 [clusters at t = 10, concept reuse]; thesis figure beside; wall s per timestep.\n")
     header = "| setting | scenario | " + " | ".join(f"{a} | thesis" for a in args.algorithms) + " | s / timestep |"
@@ -80,7 +83,7 @@ def summarize(args) -> None:
             for a in args.algorithms:
                 runs, clusters, reuse = [], [], []
                 for seed in args.seeds:
-                    path = Path(args.out) / f"{st}_{sc}" / a / f"seed_{seed}" / "timesteps.json"
+                    path = RunLayout(Path(args.out) / f"{st}_{sc}").continual_run(a, seed).timesteps
                     if path.is_file():
                         result = json.loads(path.read_text())
                         runs.append(result["summary"]["accuracy"] * 100)

@@ -168,7 +168,6 @@ def run(args) -> None:
                     print(f"[{datetime.now():%H:%M:%S}] {scenario} seed {seed} {name}: done or "
                           "running elsewhere, skipped", flush=True)
                     continue
-                eng.rejected_updates = 0
                 algo = make_algorithm(name, scenario, fed, args.epochs, init_epochs=args.init_epochs,
                                       variant=args.variant, supporter_weight=args.supporter_weight)
                 print(f"[{datetime.now():%H:%M:%S}] {scenario} seed {seed} {name} ...", flush=True)

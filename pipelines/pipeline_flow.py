@@ -19,6 +19,8 @@ from prefect import flow
 from prefect.futures import PrefectFuture
 from prefect.runtime import flow_run
 
+from clusterfed.config import load_params
+from clusterfed.layout import RunLayout
 from pipelines import tasks
 from pipelines.runners import task_runner
 
@@ -36,8 +38,8 @@ def clusterfed_pipeline(
     Returns the metrics of the evaluate stage (the content of ``metrics.json``).
     MLflow runs and models go to ``tracking_root``'s store (or ``MLFLOW_TRACKING_URI``).
     """
-    params = tasks.load_params(params_path, overrides)
-    paths = tasks.StagePaths(Path(root))
+    params = load_params(params_path, overrides=overrides)
+    layout = RunLayout(Path(root))
     tracker = None
     if track:
         tags = {"clusterfed.runner": "prefect", "prefect.flow_run_id": str(flow_run.id)}
@@ -46,28 +48,23 @@ def clusterfed_pipeline(
 
     def log(stage: str, done: PrefectFuture) -> None:  # one MLflow writer at a time
         if tracker is not None:
-            logged.append(tasks.track_stage.submit(tracker, stage, params, paths, wait_for=[done, *logged[-1:]]))
+            logged.append(tasks.track_stage.submit(tracker, stage, params, layout, wait_for=[done, *logged[-1:]]))
 
     try:
-        partitioned = tasks.unless_missing(tasks.partition, paths.partitions).submit(params, paths.partitions)
+        partitioned = tasks.unless_missing(tasks.partition, layout.partitions).submit(params, layout)
         log("partition", partitioned)
         trained = [
-            tasks.unless_missing(tasks.coldstart, paths.coldstart).submit(params, paths.partitions, paths.coldstart, partitioned)
+            tasks.unless_missing(tasks.coldstart, layout.coldstart).submit(params, layout, partitioned)
         ]
         log("coldstart", trained[0])
         if params.continual.enabled:  # builds its own data from the schedule: runs beside coldstart
-            trained.append(tasks.unless_missing(tasks.continual, paths.continual).submit(params, paths.continual))
+            trained.append(tasks.unless_missing(tasks.continual, layout.continual).submit(params, layout))
             log("continual", trained[1])
         if params.unsupervised.enabled:  # FedCRef builds its own unlabelled clients: runs beside coldstart
-            unsupervised = tasks.unless_missing(tasks.unsupervised, paths.unsupervised).submit(params, paths.unsupervised)
+            unsupervised = tasks.unless_missing(tasks.unsupervised, layout.unsupervised).submit(params, layout)
             trained.append(unsupervised)
             log("unsupervised", unsupervised)
-        continual_dir = paths.continual if params.continual.enabled else None
-        unsupervised_dir = paths.unsupervised if params.unsupervised.enabled else None
-        evaluated = tasks.unless_missing(tasks.evaluate, paths.metrics, paths.plots).submit(
-            params, paths.partitions, paths.coldstart, continual_dir, paths.metrics, paths.plots, trained,
-            unsupervised_dir,
-        )
+        evaluated = tasks.unless_missing(tasks.evaluate, layout.metrics, layout.plots).submit(params, layout, trained)
         log("evaluate", evaluated)
         metrics = evaluated.result()
         for future in logged:

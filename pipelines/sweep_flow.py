@@ -27,12 +27,14 @@ from prefect import flow, task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
 from clusterfed.evaluation import summarize_runs  # noqa: E402
+from clusterfed.config import load_params  # noqa: E402
+from clusterfed.layout import RunLayout  # noqa: E402
 from pipelines import tasks  # noqa: E402
 from pipelines.runners import task_runner  # noqa: E402
 
 RUN_KEYS = (
     "n_clusters", "ari", "nmi", "mb_per_round", "mb_per_round_clustering", "mb_per_round_training",
-    "rounds_to_target", "mb_to_target",
+    "rounds_to_target", "mb_to_target", "rejected_updates",
 )
 COLUMNS = (
     "scenario", "algorithm", "accuracy", "accuracy_stderr", "stderr_over", *RUN_KEYS, "target_reached", "n_seeds",
@@ -51,22 +53,22 @@ def clusterfed_sweep(
 ) -> list[dict]:
     """Run every combination (defaults: those of ``params_path``) and write
     ``<root>/comparison.{csv,json,md,png}``; returns the table's rows."""
-    base = tasks.load_params(params_path, overrides)
+    base = load_params(params_path, overrides=overrides)
     scenarios = scenarios or [base.scenario.name]
     seeds = seeds or list(base.seeds)
     algorithms = algorithms or list(base.coldstart.algorithms)
     cells = []
     for scenario in scenarios:
         shared = {**(overrides or {}), "scenario.name": scenario, "seeds": seeds, "continual.enabled": False}
-        scenario_params = tasks.load_params(params_path, shared)
-        partitions = tasks.StagePaths(Path(root) / scenario).partitions
-        partitioned = tasks.unless_missing(tasks.partition, partitions).submit(scenario_params, partitions)
+        scenario_params = load_params(params_path, overrides=shared)
+        scenario_layout = RunLayout(Path(root) / scenario)
+        partitioned = tasks.unless_missing(tasks.partition, scenario_layout.partitions).submit(scenario_params, scenario_layout)
         for algorithm in algorithms:
             for seed in seeds:
-                one = tasks.load_params(params_path, {**shared, "seeds": [seed], "coldstart.algorithms": [algorithm]})
-                run = tasks.StagePaths(Path(root) / scenario / f"{algorithm}-seed{seed}")
-                trained = tasks.unless_missing(tasks.coldstart, run.coldstart).submit(one, partitions, run.coldstart, partitioned)
-                evaluated = tasks.unless_missing(tasks.evaluate, run.metrics, run.plots).submit(one, partitions, run.coldstart, None, run.metrics, run.plots, [trained])
+                one = load_params(params_path, overrides={**shared, "seeds": [seed], "coldstart.algorithms": [algorithm]})
+                run = RunLayout(Path(root) / scenario / f"{algorithm}-seed{seed}", shared_partitions=scenario_layout.partitions)
+                trained = tasks.unless_missing(tasks.coldstart, run.coldstart).submit(one, run, partitioned)
+                evaluated = tasks.unless_missing(tasks.evaluate, run.metrics, run.plots).submit(one, run, [trained])
                 cells.append((scenario, algorithm, seed, run, evaluated))
     runs = {
         (scenario, algorithm, seed): _run_record(run, algorithm, seed, evaluated.result())
@@ -93,11 +95,10 @@ def write_comparison(runs: dict[tuple[str, str, int], dict], out_dir: Path) -> l
     return rows
 
 
-def _run_record(run: tasks.StagePaths, algorithm: str, seed: int, metrics: dict) -> dict:
+def _run_record(run: RunLayout, algorithm: str, seed: int, metrics: dict) -> dict:
     """One seed's run in the form ``summarize_runs`` takes (per-device accuracies included)."""
-    run_dir = run.coldstart / algorithm / f"seed_{seed}"
-    device_accuracy = json.loads((run_dir / "device_accuracy.json").read_text())
-    rejections = json.loads((run_dir / "rejections.json").read_text())
+    device_accuracy = json.loads(run.coldstart_run(algorithm, seed).device_accuracy.read_text())
+    rejections = json.loads(run.coldstart_run(algorithm, seed).rejections.read_text())
     m = metrics["coldstart"][algorithm]
     return {"device_accuracy": device_accuracy, "rejections": rejections, **{k: m[k] for k in RUN_KEYS}}
 

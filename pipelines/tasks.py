@@ -1,8 +1,8 @@
-"""Prefect tasks: thin typed wrappers around ``clusterfed.pipeline`` and ``clusterfed.tracking``.
+"""Prefect tasks: thin typed wrappers around ``clusterfed.stages`` and ``clusterfed.tracking``.
 
 Stage tasks call the very functions the DVC stages call. They are cached by their
-inputs (the params, the paths and the content digest of the upstream stage's
-outputs); flows submit them through :func:`unless_missing`, so a cached result is
+inputs (the params, the layout's paths, the content digest of the upstream
+stage's outputs) and the content of the code; flows submit them through :func:`unless_missing`, so a cached result is
 used only while the task's outputs still exist.
 Training tasks carry the ``gpu`` tag, so ``prefect concurrency-limit create gpu 1``
 caps how many train at once. Only I/O-bound tasks retry, and only on ``OSError``
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -25,46 +24,10 @@ from prefect.context import TaskRunContext
 from prefect.states import State
 
 import clusterfed
-from clusterfed import cli, pipeline
-from clusterfed import config
+from clusterfed import stages
 from clusterfed.config import Params
+from clusterfed.layout import RunLayout
 from clusterfed.tracking import PipelineTracker
-
-
-@dataclass(frozen=True)
-class StagePaths:
-    """Where a pipeline rooted at ``root`` writes: the DVC layout of ``clusterfed.cli``."""
-
-    root: Path
-
-    @property
-    def partitions(self) -> Path:
-        return self.root / cli.PARTITIONS
-
-    @property
-    def coldstart(self) -> Path:
-        return self.root / cli.COLDSTART
-
-    @property
-    def continual(self) -> Path:
-        return self.root / cli.CONTINUAL
-
-    @property
-    def unsupervised(self) -> Path:
-        return self.root / cli.UNSUPERVISED
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / cli.METRICS
-
-    @property
-    def plots(self) -> Path:
-        return self.root / cli.PLOTS
-
-
-def load_params(params_path: str | Path, overrides: dict[str, Any] | None = None) -> Params:
-    """``params.yaml`` with dotted-key overrides, through the one validated loader."""
-    return config.load_params(params_path, overrides=overrides)
 
 
 @cache
@@ -91,15 +54,21 @@ def retry_on_io_error(task: Task, task_run: TaskRun, state: State) -> bool:
 
 
 def stage_cache_key(context: TaskRunContext, arguments: dict[str, Any]) -> str:
-    """Hash of the task's name, the code (``code_digest``) and every argument (the params as
-    JSON, paths resolved, upstream digests)."""
-    canonical = {
-        name: value.model_dump(mode="json") if isinstance(value, Params) else str(Path(value).resolve())
-        if isinstance(value, Path) else value
-        for name, value in sorted(arguments.items())
-    }
+    """Hash of the task's name, the code (``code_digest``) and every argument (the
+    params as JSON, the layout's paths resolved, upstream digests)."""
+    canonical = {name: _canonical(value) for name, value in sorted(arguments.items())}
     blob = json.dumps([context.task.name, code_digest(), canonical], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, Params):
+        return value.model_dump(mode="json")
+    if isinstance(value, RunLayout):
+        return {"root": str(value.root.resolve()), "partitions": str(value.partitions.resolve())}
+    if isinstance(value, Path):
+        return str(value.resolve())
+    return value
 
 
 def unless_missing(stage: Task, *outputs: Path) -> Task:
@@ -124,48 +93,39 @@ _IO_RETRIES = dict(retries=2, retry_delay_seconds=5, retry_condition_fn=retry_on
 
 
 @task(name="partition", **_CACHED, **_IO_RETRIES)
-def partition(params: Params, out_dir: Path) -> str:
+def partition(params: Params, layout: RunLayout) -> str:
     """Build the federations (reads the dataset files: I/O, so it may retry)."""
-    pipeline.partition(params, out_dir)
-    return digest(out_dir)
+    stages.partition(params, layout)
+    return digest(layout.partitions)
 
 
 @task(name="coldstart", tags=["gpu"], log_prints=True, **_CACHED)  # progress lines -> task logs
-def coldstart(params: Params, partitions_dir: Path, out_dir: Path, partitions_digest: str) -> str:
+def coldstart(params: Params, layout: RunLayout, partitions_digest: str) -> str:
     """Cluster and train every configured algorithm on every seed."""
-    pipeline.coldstart(params, partitions_dir, out_dir)
-    return digest(out_dir)
+    stages.coldstart(params, layout)
+    return digest(layout.coldstart)
 
 
 @task(name="continual", tags=["gpu"], log_prints=True, **_CACHED)
-def continual(params: Params, out_dir: Path) -> str:
+def continual(params: Params, layout: RunLayout) -> str:
     """Timesteps 0..T from the concept schedule (resumes from its per-timestep checkpoints)."""
-    pipeline.continual(params, out_dir)
-    return digest(out_dir)
+    stages.continual(params, layout)
+    return digest(layout.continual)
 
 
 @task(name="unsupervised", tags=["gpu"], **_CACHED)
-def unsupervised(params: Params, out_dir: Path) -> str:
+def unsupervised(params: Params, layout: RunLayout) -> str:
     """FedCRef and its baselines on unlabelled clients (builds its own data)."""
     from clusterfed.pipeline_unsupervised import run_unsupervised
 
-    run_unsupervised(params.unsupervised, params.seeds, params.data.root, out_dir)
-    return digest(out_dir)
+    run_unsupervised(params.unsupervised, params.seeds, params.data.root, layout.unsupervised)
+    return digest(layout.unsupervised)
 
 
 @task(name="evaluate", **_CACHED)
-def evaluate(
-    params: Params,
-    partitions_dir: Path,
-    coldstart_dir: Path,
-    continual_dir: Path | None,
-    metrics_path: Path,
-    plots_dir: Path,
-    upstream_digests: list[str],
-    unsupervised_dir: Path | None = None,
-) -> dict:
+def evaluate(params: Params, layout: RunLayout, upstream_digests: list[str]) -> dict:
     """Metrics over seeds (cold start; continual and FedCRef when enabled) and the plots."""
-    return pipeline.evaluate(params, partitions_dir, coldstart_dir, metrics_path, plots_dir, continual_dir, unsupervised_dir)
+    return stages.evaluate(params, layout)
 
 
 @task(name="track-start", cache_policy=NO_CACHE, **_IO_RETRIES)
@@ -174,18 +134,18 @@ def track_start(params: Params, tracking_root: Path, tags: dict[str, str]) -> Pi
 
 
 @task(name="track-stage", cache_policy=NO_CACHE, **_IO_RETRIES)
-def track_stage(tracker: PipelineTracker, stage: str, params: Params, paths: StagePaths) -> None:
+def track_stage(tracker: PipelineTracker, stage: str, params: Params, layout: RunLayout) -> None:
     """Log a finished stage's outputs as a nested run (coldstart/continual: register models)."""
     if stage == "partition":
-        tracker.log_partition(params, paths.partitions)
+        tracker.log_partition(params, layout)
     elif stage == "coldstart":
-        tracker.log_coldstart(params, paths.partitions, paths.coldstart)
+        tracker.log_coldstart(params, layout)
     elif stage == "continual":
-        tracker.log_continual(params, paths.partitions, paths.continual)
+        tracker.log_continual(params, layout)
     elif stage == "unsupervised":
-        tracker.log_unsupervised(params, paths.unsupervised)
+        tracker.log_unsupervised(params, layout.unsupervised)
     elif stage == "evaluate":
-        tracker.log_evaluate(paths.metrics, paths.plots)
+        tracker.log_evaluate(layout)
     else:
         raise ValueError(f"unknown stage {stage!r}")
 

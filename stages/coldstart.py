@@ -1,4 +1,4 @@
-"""DVC stage `coldstart`: read params.yaml, run `clusterfed.pipeline.coldstart`, write the declared outs."""
+"""DVC stage `coldstart`: read params.yaml, run `clusterfed.stages.coldstart`, write the declared outs."""
 
 from clusterfed.cli import main
 

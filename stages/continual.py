@@ -1,4 +1,4 @@
-"""DVC stage `continual`: read params.yaml, run `clusterfed.pipeline.continual`, write the declared outs."""
+"""DVC stage `continual`: read params.yaml, run `clusterfed.stages.continual`, write the declared outs."""
 
 from clusterfed.cli import main
 

@@ -1,4 +1,4 @@
-"""DVC stage `evaluate`: read params.yaml, run `clusterfed.pipeline.evaluate`, write the declared outs."""
+"""DVC stage `evaluate`: read params.yaml, run `clusterfed.stages.evaluate`, write the declared outs."""
 
 from clusterfed.cli import main
 

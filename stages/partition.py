@@ -1,4 +1,4 @@
-"""DVC stage `partition`: read params.yaml, run `clusterfed.pipeline.partition`, write the declared outs."""
+"""DVC stage `partition`: read params.yaml, run `clusterfed.stages.partition`, write the declared outs."""
 
 from clusterfed.cli import main
 

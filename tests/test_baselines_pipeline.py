@@ -7,7 +7,8 @@ import json
 import pytest
 from safetensors.torch import load_file
 
-from clusterfed import pipeline
+from clusterfed import stages
+from clusterfed.layout import RunLayout
 from clusterfed.config import parse_params
 
 CLUSTERED = ["cfl", "pacfl", "flhc", "fesem", "fedgroup", "fedsoft"]
@@ -37,9 +38,10 @@ def run(tmp_path_factory):
             "continual": {"enabled": False},
         }
     )
-    pipeline.partition(params, root / "partitions")
-    pipeline.coldstart(params, root / "partitions", root / "coldstart", progress=False)
-    report = pipeline.evaluate(params, root / "partitions", root / "coldstart", root / "metrics.json", root / "plots")
+    layout = RunLayout(root)
+    stages.partition(params, layout)
+    stages.coldstart(params, layout, progress=False)
+    report = stages.evaluate(params, layout)
     return root, report["coldstart"]
 
 
@@ -70,7 +72,7 @@ def test_every_baseline_reports_the_same_metrics_and_plots(run):
 def test_personalised_methods_store_a_model_per_device(run):
     root, metrics = run
     for name in PERSONAL:
-        run_dir = root / "coldstart" / name / "seed_10"
+        run_dir = root / "data" / "coldstart" / name / "seed_10"
         clustering = json.loads((run_dir / "clustering.json").read_text())
         assert clustering["n_clusters"] == 12 and metrics[name]["n_clusters"] == 12, name
         assert load_file(str(run_dir / "models.safetensors"))["output.bias"].shape == (12, 10), name

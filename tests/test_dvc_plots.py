@@ -9,7 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from clusterfed import pipeline
+from clusterfed import stages
+from clusterfed.layout import RunLayout
 from clusterfed.config import parse_params
 from tests.test_reproducible_outputs import PARAMS
 
@@ -34,15 +35,14 @@ def test_plots_show_renders_exactly_the_declared_plots_with_continual_on_and_off
     shutil.copy(REPO / "dvc.yaml", project)
     subprocess.run([*DVC, "init", "--no-scm"], cwd=project, capture_output=True, check=True)
     shutil.copytree(REPO / ".dvc" / "plots", project / ".dvc" / "plots")  # the by_algorithm template
-    data = project / "data"
     for enabled in (True, False):
         params = parse_params({**PARAMS, "continual": {**PARAMS["continual"], "enabled": enabled}})
+        layout = RunLayout(project)
         if enabled:
-            pipeline.partition(params, data / "partitions")
-            pipeline.coldstart(params, data / "partitions", data / "coldstart", progress=False)
-            pipeline.continual(params, data / "continual", progress=False)
-        pipeline.evaluate(params, data / "partitions", data / "coldstart", project / "metrics" / "metrics.json",
-                          project / "plots", data / "continual")
+            stages.partition(params, layout)
+            stages.coldstart(params, layout, progress=False)
+            stages.continual(params, layout, progress=False)
+        stages.evaluate(params, layout)
         shown, errors = _shown(project)
         # this project runs no `unsupervised` stage (FedCRef): its declared images are absent
         errors = [e for e in errors or [] if not e["source"].startswith("plots/unsupervised/")]

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-from clusterfed import pipeline
+from clusterfed import stages
+from clusterfed.build import checkpoint_fingerprint
+from clusterfed.layout import RunLayout
 from clusterfed.config import parse_params
 
 
@@ -23,13 +25,13 @@ def run(tmp_path_factory):
                 "rounds": 20,
                 "faacl": {"epsilon": 0.5, "init_epochs": 40},
             },
+            "continual": {"enabled": False},  # a cold-start run: evaluate reports no continual section
         }
     )
-    pipeline.partition(params, root / "partitions")
-    pipeline.coldstart(params, root / "partitions", root / "coldstart", progress=False)
-    report = pipeline.evaluate(
-        params, root / "partitions", root / "coldstart", root / "metrics.json", root / "plots"
-    )
+    layout = RunLayout(root)
+    stages.partition(params, layout)
+    stages.coldstart(params, layout, progress=False)
+    report = stages.evaluate(params, layout)
     return root, report["coldstart"]
 
 
@@ -39,19 +41,19 @@ def test_faacl_recovers_the_s2_groups_end_to_end(run):
     assert metrics["faacl"]["n_clusters"] == 2
     assert metrics["fedavg"]["n_clusters"] == 1
     assert metrics["faacl"]["accuracy"] > metrics["fedavg"]["accuracy"] + 0.3  # S2 breaks FedAvg
-    assert json.loads((root / "metrics.json").read_text()) == {"coldstart": metrics}
+    assert json.loads((root / "metrics" / "metrics.json").read_text()) == {"coldstart": metrics}
     assert set(metrics["faacl"]) >= {"accuracy", "accuracy_stderr", "n_clusters", "ari"}
 
 
 def test_outputs_are_readable_and_consistent(run):
     root, _ = run
-    run_dir = root / "coldstart" / "faacl" / "seed_10"
+    run_dir = root / "data" / "coldstart" / "faacl" / "seed_10"
     clustering = json.loads((run_dir / "clustering.json").read_text())
     assert sorted(d for c in clustering["clusters"] for d in c["devices"]) == list(range(10))
     models = load_file(str(run_dir / "models.safetensors"))
     assert models["output.bias"].shape == (len(clustering["clusters"]), 10)
     accuracy = json.loads((run_dir / "device_accuracy.json").read_text())
-    assert np.mean(accuracy) == pytest.approx(json.loads((root / "metrics.json").read_text())["coldstart"]["faacl"]["accuracy"], abs=1e-5)
+    assert np.mean(accuracy) == pytest.approx(json.loads((root / "metrics" / "metrics.json").read_text())["coldstart"]["faacl"]["accuracy"], abs=1e-5)
     rows = (root / "plots" / "accuracy.csv").read_text().splitlines()
     assert rows[0] == "algorithm,round,accuracy,mb_sent"
     assert len([r for r in rows if r.startswith("faacl,")]) > 20
@@ -62,8 +64,9 @@ def test_outputs_are_readable_and_consistent(run):
 def test_failed_stage_leaves_nothing_half_written(tmp_path):
     params = parse_params({"seeds": [10], "coldstart": {"algorithms": ["fedavg"], "rounds": 1}})
     with pytest.raises(FileNotFoundError):
-        pipeline.coldstart(params, tmp_path / "missing", tmp_path / "coldstart", progress=False)
-    assert list(tmp_path.iterdir()) == []
+        stages.coldstart(params, RunLayout(tmp_path), progress=False)  # no partitions
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    assert not (tmp_path / "data" / "coldstart").exists()
 
 
 @pytest.fixture(scope="module")
@@ -83,19 +86,20 @@ def newcomer_run(tmp_path_factory):
             "evaluate": {"target_accuracy": 0.5},
         }
     )
-    pipeline.partition(params, root / "partitions")
-    pipeline.coldstart(params, root / "partitions", root / "coldstart", progress=False)
-    report = pipeline.evaluate(params, root / "partitions", root / "coldstart", root / "metrics.json", root / "plots")
+    layout = RunLayout(root)
+    stages.partition(params, layout)
+    stages.coldstart(params, layout, progress=False)
+    report = stages.evaluate(params, layout)
     return root, report["coldstart"]
 
 
 def test_newcomers_are_held_out_and_served_after_the_federation(newcomer_run):
     root, metrics = newcomer_run
-    groups = json.loads((root / "partitions" / "groups.json").read_text())["3"]
+    groups = json.loads((root / "data" / "partitions" / "groups.json").read_text())["3"]
     newcomers = groups["newcomers"]
     assert len(newcomers) == 2 and groups["groups"] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
     for name in ("fedavg", "ifca"):
-        run_dir = root / "coldstart" / name / "seed_3"
+        run_dir = root / "data" / "coldstart" / name / "seed_3"
         clustering = json.loads((run_dir / "clustering.json").read_text())
         federated = sorted(set(range(12)) - set(newcomers))
         assert clustering["devices"] == federated
@@ -105,15 +109,15 @@ def test_newcomers_are_held_out_and_served_after_the_federation(newcomer_run):
         assert served["devices"] == newcomers and served["rule"] == "lowest_loss"
         assert len(served["accuracy"]) == 2
         assert metrics[name]["newcomer_accuracy"] == pytest.approx(np.mean(served["accuracy"]))
-    assert json.loads((root / "coldstart" / "fedavg" / "seed_3" / "newcomers.json").read_text())["model_index"] == [0, 0]
+    assert json.loads((root / "data" / "coldstart" / "fedavg" / "seed_3" / "newcomers.json").read_text())["model_index"] == [0, 0]
 
 
 def test_stocfl_serves_newcomers_with_the_cluster_of_their_group(newcomer_run):
     root, metrics = newcomer_run
-    run_dir = root / "coldstart" / "stocfl" / "seed_3"
+    run_dir = root / "data" / "coldstart" / "stocfl" / "seed_3"
     clustering = json.loads((run_dir / "clustering.json").read_text())
     served = json.loads((run_dir / "newcomers.json").read_text())
-    groups = json.loads((root / "partitions" / "groups.json").read_text())["3"]["groups"]
+    groups = json.loads((root / "data" / "partitions" / "groups.json").read_text())["3"]["groups"]
     assert metrics["stocfl"]["ari"] == 1.0 and served["rule"] == "own"
     model_of_group = {clustering["ground_truth_groups"][i]: m for i, m in enumerate(clustering["model_of_device"])}
     assert served["model_index"] == [model_of_group[groups[d]] for d in served["devices"]]
@@ -121,13 +125,13 @@ def test_stocfl_serves_newcomers_with_the_cluster_of_their_group(newcomer_run):
 
 def test_partial_participation_traffic_and_rounds_to_target(newcomer_run):
     root, metrics = newcomer_run
-    history = json.loads((root / "coldstart" / "fedavg" / "seed_3" / "history.json").read_text())
-    model = load_file(str(root / "coldstart" / "fedavg" / "seed_3" / "models.safetensors"))
+    history = json.loads((root / "data" / "coldstart" / "fedavg" / "seed_3" / "history.json").read_text())
+    model = load_file(str(root / "data" / "coldstart" / "fedavg" / "seed_3" / "models.safetensors"))
     size = sum(v[0].numel() * 4 for v in model.values())
     # 10 federated devices at participation 0.5: 5 download and 5 upload the model each round.
     assert {(r["bytes_down"], r["bytes_up"]) for r in history} == {(5 * size, 5 * size)}
     assert metrics["fedavg"]["mb_per_round"] == pytest.approx(10 * size / 1e6)
-    ifca = json.loads((root / "coldstart" / "ifca" / "seed_3" / "history.json").read_text())
+    ifca = json.loads((root / "data" / "coldstart" / "ifca" / "seed_3" / "history.json").read_text())
     assert {r["bytes_down"] for r in ifca} == {4 * 5 * size}  # each participant downloads all 4 models
     reached = next(r["round"] for r in ifca if r["accuracy"] >= 0.5)
     assert metrics["ifca"]["rounds_to_target"] == reached
@@ -162,16 +166,16 @@ def test_checkpoint_fingerprint_follows_only_what_the_model_uses():
     base = {"data": {"dataset": "digits"}}
     mlp = parse_params(base)
     mlp_other_cnn = parse_params({**base, "model": {"conv_channels": [32, 64], "kernel_size": 5}})
-    assert pipeline._fingerprint(mlp, "cfaacl", 10) == pipeline._fingerprint(mlp_other_cnn, "cfaacl", 10)
+    assert checkpoint_fingerprint(mlp, "cfaacl", 10) == checkpoint_fingerprint(mlp_other_cnn, "cfaacl", 10)
     cnn = parse_params({**base, "model": {"name": "cnn"}})
     cnn_5x5 = parse_params({**base, "model": {"name": "cnn", "kernel_size": 5}})
-    assert pipeline._fingerprint(cnn, "cfaacl", 10) != pipeline._fingerprint(cnn_5x5, "cfaacl", 10)
-    assert pipeline._fingerprint(mlp, "cfaacl", 10) != pipeline._fingerprint(mlp, "cfaacl", 11)
+    assert checkpoint_fingerprint(cnn, "cfaacl", 10) != checkpoint_fingerprint(cnn_5x5, "cfaacl", 10)
+    assert checkpoint_fingerprint(mlp, "cfaacl", 10) != checkpoint_fingerprint(mlp, "cfaacl", 11)
 
 
 def test_support_graph_and_edges_per_round_for_algorithms_with_supporters(run):
     root, _ = run
-    history = json.loads((root / "coldstart" / "faacl" / "seed_10" / "history.json").read_text())
+    history = json.loads((root / "data" / "coldstart" / "faacl" / "seed_10" / "history.json").read_text())
     assert any(r["support_edges"] for r in history)  # FAACL's clustering rounds test support
     lines = (root / "plots" / "support" / "edges.csv").read_text().splitlines()
     rows = [line for line in lines if line.startswith("faacl,")]

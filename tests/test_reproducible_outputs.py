@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from clusterfed import pipeline
+from clusterfed import stages
+from clusterfed.layout import RunLayout
 from clusterfed.config import parse_params
 from clusterfed.tensorfile import save_tensors
 
@@ -30,11 +31,11 @@ def _files(root: Path) -> dict[str, bytes]:
 
 def _run_stages(root: Path) -> None:
     params = parse_params(PARAMS)
-    pipeline.partition(params, root / "data" / "partitions")
-    pipeline.coldstart(params, root / "data" / "partitions", root / "data" / "coldstart", progress=False)
-    pipeline.continual(params, root / "data" / "continual", progress=False, wall_times=root / "logs" / "wall.jsonl")
-    pipeline.evaluate(params, root / "data" / "partitions", root / "data" / "coldstart",
-                      root / "metrics" / "metrics.json", root / "plots", root / "data" / "continual")
+    layout = RunLayout(root)
+    stages.partition(params, layout)
+    stages.coldstart(params, layout, progress=False)
+    stages.continual(params, layout, progress=False)
+    stages.evaluate(params, layout)
 
 
 def test_every_stage_twice_gives_identical_bytes(tmp_path):
@@ -44,7 +45,7 @@ def test_every_stage_twice_gives_identical_bytes(tmp_path):
     assert tracked == {sub: _files(tmp_path / "b" / sub) for sub in ("data", "metrics", "plots")}
     assert any(name.endswith("state.json") for name in tracked["data"])  # checkpoints are compared too
     assert not any(b"wall" in blob for blob in tracked["data"].values())
-    walls = [json.loads(line) for line in (tmp_path / "a" / "logs" / "wall.jsonl").read_text().splitlines()]
+    walls = [json.loads(line) for line in RunLayout(tmp_path / "a").wall_times.read_text().splitlines()]
     assert [(w["algorithm"], w["t"]) for w in walls] == [(a, t) for a in ("cfaacl", "fedprox_ewc") for t in range(3)]
 
 

@@ -13,15 +13,11 @@ import json
 import sys
 from pathlib import Path
 
+from clusterfed.layout import RunLayout
 from clusterfed.tracking import commands
 
-PARTITIONS = Path("data/partitions")
-COLDSTART = Path("data/coldstart")
-CONTINUAL = Path("data/continual")
-UNSUPERVISED = Path("data/unsupervised")
-METRICS = Path("metrics/metrics.json")
-PLOTS = Path("plots")
-WALL_TIMES = Path("logs/wall_times.jsonl")  # untracked: timings differ between identical runs
+#: ``dvc repro`` and the CLI write under the project root.
+LAYOUT = RunLayout(Path("."))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,42 +55,42 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.command == "summary":
-        if not METRICS.is_file():
-            print(f"error: {METRICS} not found: run the pipeline first (make run)", file=sys.stderr)
+        if not LAYOUT.metrics.is_file():
+            print(f"error: {LAYOUT.metrics} not found: run the pipeline first (make run)", file=sys.stderr)
             return 2
-        _print_report(json.loads(METRICS.read_text()), params)
+        _print_report(json.loads(LAYOUT.metrics.read_text()), params)
         return 0
     if args.command == "validate":
         print(f"{args.params}: ok")
         return 0
-    from clusterfed import pipeline  # torch: only for the stages
+    from clusterfed import stages  # torch: only for the stages
 
     from clusterfed.engine.robust import TooManyRejected
 
     if args.command == "partition":
-        pipeline.partition(params, PARTITIONS)
+        stages.partition(params, LAYOUT)
     elif args.command == "coldstart":
         try:
-            pipeline.coldstart(params, PARTITIONS, COLDSTART)
+            stages.coldstart(params, LAYOUT)
         except TooManyRejected as exc:  # nothing was written: the stage is atomic
             print(f"error: {exc}", file=sys.stderr)
             return 1
     elif args.command == "continual":
         if params.continual.enabled:
-            pipeline.continual(params, CONTINUAL, wall_times=WALL_TIMES)
+            stages.continual(params, LAYOUT)
         else:
-            CONTINUAL.mkdir(parents=True, exist_ok=True)
+            LAYOUT.continual.mkdir(parents=True, exist_ok=True)
             print("continual.enabled is false: nothing to run")
     elif args.command == "unsupervised":
         if params.unsupervised.enabled:
             from clusterfed.pipeline_unsupervised import run_unsupervised
 
-            run_unsupervised(params.unsupervised, params.seeds, params.data.root, UNSUPERVISED)
+            run_unsupervised(params.unsupervised, params.seeds, params.data.root, LAYOUT.unsupervised)
         else:
-            UNSUPERVISED.mkdir(parents=True, exist_ok=True)
+            LAYOUT.unsupervised.mkdir(parents=True, exist_ok=True)
             print("unsupervised.enabled is false: nothing to run")
     elif args.command == "evaluate":
-        report = pipeline.evaluate(params, PARTITIONS, COLDSTART, METRICS, PLOTS, CONTINUAL, UNSUPERVISED)
+        report = stages.evaluate(params, LAYOUT)
         _print_report(report, params)
     return 0
 

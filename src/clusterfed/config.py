@@ -14,8 +14,9 @@ from pydantic import AfterValidator, Field, ValidationError, create_model, field
 
 from clusterfed import declared, registry
 from clusterfed.data import DATASETS
-from clusterfed.scenarios.static import NoiseParams, ScarcityParams
+from clusterfed.engine.robust import CLIP_NORM, MAX_REJECTED_SHARE, OUTLIER_FACTOR
 from clusterfed.hyperparams import Param, Section, markdown_table, section_model
+from clusterfed.scenarios import NoiseParams, ScarcityParams
 
 # The declarations are read from the methods' source, not imported (no torch here).
 ROUNDS: Param = declared.value("clusterfed.algorithms.protocol", "ROUNDS")
@@ -107,14 +108,14 @@ class TrainingParams(_Section):
     participation: PARTICIPATION.annotation() = PARTICIPATION.field()[1]  # type: ignore[valid-type]
     device: Literal["auto", "cpu", "cuda"] = "auto"
     outlier_factor: Annotated[float, Field(gt=1.0)] | None = Field(
-        10.0, description="k: an upload is rejected when its update norm exceeds k x the median of the "
+        OUTLIER_FACTOR, description="k: an upload is rejected when its update norm exceeds k x the median of the "
         "round's other updates (engine/robust.py); null: only non-finite uploads are rejected."
     )
     clip_norm: Annotated[float, Field(gt=0.0)] | None = Field(
-        None, description="Clip every accepted update to this norm; null: no clipping."
+        CLIP_NORM, description="Clip every accepted update to this norm; null: no clipping."
     )
     max_rejected_share: Annotated[float, Field(ge=0.0, le=1.0)] = Field(
-        0.5, description="A cold-start run fails, naming the devices, when more of its uploads are rejected."
+        MAX_REJECTED_SHARE, description="A cold-start run fails, naming the devices, when more of its uploads are rejected."
     )
 
 

@@ -68,7 +68,7 @@ def build_clients(section, root: str | None, seed: int) -> tuple[UnlabelledClien
 def run_unsupervised(section, seeds: list[int], root: str | None, out_dir: Path) -> dict:
     """Run every method of ``section.methods`` on every seed; write the results, the
     mean curves and the metrics under ``out_dir``; return the metrics."""
-    from clusterfed.pipeline import atomic_dir  # one home for atomic outputs
+    from clusterfed.stages.files import atomic_dir  # one home for atomic outputs
 
     params = fedcref_params(section)
     methods: dict[str, dict] = {}

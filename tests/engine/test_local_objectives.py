@@ -119,7 +119,7 @@ def test_batched_local_objective_equals_device_by_device_reference(setup, kind):
 def test_engine_train_passes_the_objective_through(setup):
     engine, start, devices = setup
     objective = PerFedAvgStep(alpha=0.02)
-    local = engine.local_models(start, devices.numpy(), devices.numpy(), torch.Generator().manual_seed(1), objective=objective)
+    local = engine.local_models(start, devices.numpy(), devices.numpy(), torch.Generator().manual_seed(1), objective=objective).params
     direct = local_sgd(
         engine.model, start, engine.data.train, devices, epochs=1, lr=LR, l2=L2, batch_size=BATCH,
         generator=torch.Generator().manual_seed(1), objective=objective,

@@ -39,13 +39,13 @@ def test_accepted_rows_follow_the_documented_rule(norms, k, expected):
     assert accepted(torch.tensor(norms, dtype=torch.float64), k).tolist() == expected
 
 
-def test_screen_zeroes_rejected_rows_and_clips_accepted_ones():
+def test_screen_marks_rejected_rows_nan_and_clips_accepted_ones():
     start = _stack([0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0])
     trained = _stack([3.0, 4.0], [0.0, 4.0], [300.0, -400.0], [float("nan"), 1.0])
-    keep, rows = screen(trained, start, RobustRule(k=10.0))
-    assert keep.tolist() == [True, True, False, False]
-    assert rows["w"].tolist() == [[3.0, 4.0], [0.0, 4.0], [0.0, 0.0], [0.0, 0.0]]
-    keep, rows = screen(trained, start, RobustRule(k=10.0, clip_norm=2.0))
+    rejected, rows = screen(trained, start, RobustRule(k=10.0))
+    assert rejected.tolist() == [False, False, True, True]
+    assert rows["w"][:2].tolist() == [[3.0, 4.0], [0.0, 4.0]] and bool(rows["w"][2:].isnan().all())
+    rejected, rows = screen(trained, start, RobustRule(k=10.0, clip_norm=2.0))
     assert torch.allclose(rows["w"][:2], torch.tensor([[1.2, 1.6], [0.0, 2.0]]))
     assert clip_updates(trained, start, update_norms(trained, start), 1e9)["w"][0].tolist() == [3.0, 4.0]
 
@@ -85,7 +85,7 @@ def test_a_poisoned_device_is_rejected_every_round_and_fedavg_keeps_its_accuracy
     result = FedAvg(rounds=8).fit(engine, seed=3)
     honest = [d for d in range(5) if d != 2]
     assert abs(result.device_accuracy[honest].mean() - clean.device_accuracy[honest].mean()) < 0.01
-    assert engine.rejected_by_device.tolist() == [0, 0, 8, 0, 0] and engine.uploads == 40
+    assert result.rejected_by_device == (0, 0, 8, 0, 0) and result.uploads == 40 and result.rejected_updates == 8
     assert [r["rejected_devices"] for r in result.history] == [[2]] * 8
     # without the outlier rule the same attack wrecks the model
     _poisoning(monkeypatch, 2, attack)
@@ -99,10 +99,12 @@ def test_fisher_of_a_device_with_nan_data_is_left_out(digits):
     params = engine.init_params(1, torch.Generator().manual_seed(0), distinct=False)
     clean = engine.fisher(params, np.zeros(3, dtype=int), np.array([0, 1, 2]))
     engine.data.train.x[3] = float("nan")
-    fisher = engine.fisher(params, np.zeros(4, dtype=int), np.arange(4))
-    assert all(torch.isfinite(v).all() for v in fisher.values())
-    assert all(torch.allclose(fisher[k], clean[k]) for k in clean)  # device 3 weighs nothing
-    assert engine.rejected_by_device.tolist() == [0, 0, 0, 1]
+    with engine.tally() as screened:
+        fisher = engine.fisher(params, np.zeros(4, dtype=int), np.arange(4))
+    assert all(torch.isfinite(v).all() for v in fisher.params.values())
+    assert all(torch.allclose(fisher.params[k], clean.params[k]) for k in clean.params)  # device 3 weighs nothing
+    assert fisher.rejected.tolist() == [3] and fisher.rejected_devices.tolist() == [3]
+    assert screened.rejected_by_device.tolist() == [0, 0, 0, 1] and screened.uploads == 4
 
 
 def test_too_many_rejections_fail_naming_the_devices():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from clusterfed.config import ParamsError, parse_params
-from clusterfed.pipeline import build_federation
+from clusterfed.build import build_federation
 from clusterfed.scenarios import build_authors_scenario
 from clusterfed.scenarios.authors import standardise
 from clusterfed.scenarios.noise import indexed_gaussian_and_salt_pepper

@@ -7,7 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from clusterfed import pipeline
+from clusterfed import stages
+from clusterfed.layout import RunLayout
 from clusterfed.config import ParamsError, parse_params
 from clusterfed.scenarios import Federation, build_scenario, federation_from_arrays, federation_from_folder
 
@@ -105,10 +106,11 @@ def test_the_pipeline_runs_a_custom_folder(s2, tmp_path):
         "training": {"lr": 0.05, "device": "cpu"}, "coldstart": {"algorithms": ["fedavg"], "rounds": 2},
         "continual": {"enabled": False},
     })
-    pipeline.partition(params, tmp_path / "partitions")
-    pipeline.coldstart(params, tmp_path / "partitions", tmp_path / "coldstart", progress=False)
-    report = pipeline.evaluate(params, tmp_path / "partitions", tmp_path / "coldstart", tmp_path / "m.json", tmp_path / "plots")
-    saved = Federation.load(tmp_path / "partitions" / "seed_10.npz")
+    layout = RunLayout(tmp_path)
+    stages.partition(params, layout)
+    stages.coldstart(params, layout, progress=False)
+    report = stages.evaluate(params, layout)
+    saved = Federation.load(layout.partition(10))
     assert saved.scenario == "custom" and saved.dataset == "my_devices" and saved.n_devices == 4
     assert report["coldstart"]["fedavg"]["ari"] == 0.0  # one model for two ground-truth groups
     with pytest.raises(ParamsError, match="scenario.path: required for scenario 'custom'"):

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from clusterfed import pipeline
+from clusterfed import stages
+from clusterfed.layout import RunLayout
 from clusterfed.config import parse_params
 
 os.environ.update(DO_NOT_TRACK="1", MLFLOW_DISABLE_TELEMETRY="true", MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
@@ -29,9 +30,8 @@ def stage_outputs(tmp_path_factory):
     """partition -> coldstart -> evaluate through the stage functions, as ``dvc repro`` runs them."""
     root = tmp_path_factory.mktemp("stages")
     params = parse_params(TINY)
-    pipeline.partition(params, root / "data" / "partitions")
-    pipeline.coldstart(params, root / "data" / "partitions", root / "data" / "coldstart", progress=False)
-    pipeline.evaluate(
-        params, root / "data" / "partitions", root / "data" / "coldstart", root / "metrics" / "metrics.json", root / "plots"
-    )
+    layout = RunLayout(root)
+    stages.partition(params, layout)
+    stages.coldstart(params, layout, progress=False)
+    stages.evaluate(params, layout)
     return params, root

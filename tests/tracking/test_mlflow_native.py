@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from clusterfed.scenarios import Federation
+from clusterfed.layout import RunLayout
 from clusterfed.tracking import get_client, lookup, router_name, track_outputs, tracking_uri
 from clusterfed.tracking.registry import in_experiment
 
@@ -23,10 +24,7 @@ from clusterfed.tracking.registry import in_experiment
 def store(stage_outputs, tmp_path_factory):
     params, root = stage_outputs
     store = tmp_path_factory.mktemp("native")
-    tracker = track_outputs(
-        params, partitions_dir=root / "data/partitions", coldstart_dir=root / "data/coldstart",
-        metrics_path=root / "metrics/metrics.json", plots_dir=root / "plots", root=store,
-    )
+    tracker = track_outputs(params, RunLayout(root), root=store)
     uri = tracking_uri(store)
     # mlflow.set_*_uri also set MLFLOW_*_URI in the environment: restore both afterwards
     keys = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")

@@ -8,20 +8,14 @@ import torch
 from safetensors.torch import load_file
 
 from clusterfed.models import MLP
+from clusterfed.layout import RunLayout
 from clusterfed.scenarios import Federation
 from clusterfed.tracking import LookupFailed, get_client, lookup, model_name, track_outputs
 from clusterfed.tracking.registry import in_experiment, load_model, set_service_aliases
 
 
 def _track(params, root, store):
-    return track_outputs(
-        params,
-        partitions_dir=root / "data" / "partitions",
-        coldstart_dir=root / "data" / "coldstart",
-        metrics_path=root / "metrics" / "metrics.json",
-        plots_dir=root / "plots",
-        root=store,
-    )
+    return track_outputs(params, RunLayout(root), root=store)
 
 
 @pytest.fixture(scope="module")

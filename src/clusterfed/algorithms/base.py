@@ -1,24 +1,15 @@
-"""The small protocol every cold-start algorithm follows, and shared bookkeeping."""
+"""Bookkeeping every method shares: randomness, sampling, traffic and the history."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
 
 import numpy as np
 import torch
 
 from clusterfed.algorithms.clustering import Cluster, Clustering, ColdStartResult
-from clusterfed.engine import Engine, StackedParams
+from clusterfed.engine import Engine, StackedParams, Tally
 from clusterfed.progress import progress as progress_bar
-
-
-class ColdStartAlgorithm(Protocol):
-    """``fit`` clusters the engine's federation and trains a model per cluster."""
-
-    name: str
-
-    def fit(self, engine: Engine, *, seed: int, progress: bool = False) -> ColdStartResult: ...
 
 
 def generators(seed: int) -> tuple[np.random.Generator, torch.Generator]:
@@ -59,14 +50,17 @@ class History:
     def __init__(self, engine: Engine, algorithm: str, total: int, progress: bool) -> None:
         self.engine = engine
         self.rows: list[dict] = []
-        self._rejected = engine.rejected_by_device.copy()  # rejections so far, per device
         self.bar = progress_bar(total, algorithm, enabled=progress)  # lines when not on a terminal
 
-    def record(self, phase: str, clustering: Clustering, *, bytes_down: int, bytes_up: int) -> None:
+    def record(
+        self, phase: str, clustering: Clustering, *, bytes_down: int, bytes_up: int,
+        rejected_devices: Iterable[int] = (),
+    ) -> None:
+        """One round: its accuracy, clusters, support edges, traffic and the devices
+        whose uploads the engine rejected in it (one entry per rejected upload)."""
         model_of_device = clustering.model_of_device(self.engine.n_devices)
         acc = self.engine.accuracy(clustering.params, model_of_device)
         edges = support_edges(clustering.clusters)
-        rejected, self._rejected = self.engine.rejected_by_device - self._rejected, self.engine.rejected_by_device.copy()
         self.rows.append(
             {
                 "round": len(self.rows) + 1,
@@ -77,7 +71,7 @@ class History:
                 "one_way_edges": sum((b, a) not in edges for a, b in edges),
                 "bytes_down": int(bytes_down),
                 "bytes_up": int(bytes_up),
-                "rejected_devices": [int(d) for d in np.repeat(np.arange(len(rejected)), rejected)],
+                "rejected_devices": [int(d) for d in rejected_devices],
             }
         )
         self.bar.set_postfix(acc=f"{acc.mean():.3f}", clusters=len(clustering.clusters))
@@ -95,8 +89,9 @@ def support_edges(clusters: Iterable[Cluster]) -> set[tuple[int, int]]:
 
 
 def result_from(
-    algorithm: str, engine: Engine, clustering: Clustering, history: History
+    algorithm: str, engine: Engine, clustering: Clustering, history: History, screened: Tally
 ) -> ColdStartResult:
+    """The fit's result; ``screened`` is the tally of every engine call of the fit."""
     model_of_device = clustering.model_of_device(engine.n_devices)
     return ColdStartResult(
         algorithm=algorithm,
@@ -105,5 +100,6 @@ def result_from(
         model_of_device=model_of_device,
         device_accuracy=engine.accuracy(clustering.params, model_of_device),
         history=history.close(),
-        rejected_updates=engine.rejected_updates,
+        uploads=screened.uploads,
+        rejected_by_device=tuple(int(n) for n in screened.rejected_by_device),
     )

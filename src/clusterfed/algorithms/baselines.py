@@ -15,7 +15,7 @@ from clusterfed.algorithms.clustering import Cluster, Clustering
 from clusterfed.algorithms.protocol import ColdStart, Context, RoundPlan
 from clusterfed.engine import Engine, StackedParams
 from clusterfed.engine.stacked import take
-from clusterfed.engine.tensors import PaddedSplit, pooled
+from clusterfed.engine.tensors import PaddedSplit
 from clusterfed.hyperparams import Param
 from clusterfed.registry import register
 
@@ -95,7 +95,7 @@ class Centralized(ColdStart[PooledState]):
             Cluster(id=i, devices=frozenset(np.flatnonzero(groups == g).tolist())) for i, g in enumerate(labels)
         )
         clustering = Clustering(clusters, engine.init_params(len(labels), ctx.generator, distinct=False))
-        return PooledState(clustering, pooled(engine.data.train, groups))
+        return PooledState(clustering, engine.pooled(groups))
 
     def configure_round(self, engine, state, participants, ctx):
         rows = np.arange(len(state.clustering.clusters))

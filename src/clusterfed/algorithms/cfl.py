@@ -144,7 +144,7 @@ class CFL(ColdStart[CFLState]):
         M = plan.devices
         delta, ok = updates(engine, plan.params, plan.models, trained)
         params = average(engine, trained, plan.models, M, ok, plan.params)
-        counts = engine.data.train.counts
+        counts = torch.as_tensor(engine.counts("train"), device=delta.device)
         splits, norms = list(state.splits), list(state.norms)
         for c in range(int(labels.max()) + 1):
             mine = np.flatnonzero((plan.models == c) & ok)

@@ -86,7 +86,12 @@ class ColdStartResult:
     model_of_device: np.ndarray
     device_accuracy: np.ndarray
     history: list[dict] = field(default_factory=list)
-    rejected_updates: int = 0
+    uploads: int = 0  # uploads the engine screened during the fit
+    rejected_by_device: tuple[int, ...] = ()  # of them, rejected, per device (engine rows)
+
+    @property
+    def rejected_updates(self) -> int:
+        return int(sum(self.rejected_by_device))
 
     @property
     def n_clusters(self) -> int:
@@ -107,4 +112,5 @@ class ColdStartResult:
                 for i, c in enumerate(self.clusters)
             ],
             "model_of_device": self.model_of_device.tolist(),
+            "rejected_updates": self.rejected_updates,
         }

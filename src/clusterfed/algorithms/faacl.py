@@ -33,11 +33,11 @@ def cluster_initialization(
     engine: Engine, generator: torch.Generator, *, init_epochs: int
 ) -> Clustering:
     """Alg. 1: one random θ for all; every device forms a singleton cluster and trains
-    θ locally (``init_epochs`` epochs stand for the argmin)."""
+    θ locally (``init_epochs`` epochs stand for the argmin; a rejected upload keeps θ)."""
     n = engine.n_devices
     params = engine.init_params(n, generator, distinct=False)
     devices = np.arange(n)
-    params = engine.train(params, devices, devices, generator, epochs=init_epochs)
+    params = engine.train(params, devices, devices, generator, epochs=init_epochs).params
     clusters = tuple(Cluster(id=d, devices=frozenset({d})) for d in range(n))
     return Clustering(clusters=clusters, params=params)
 
@@ -60,7 +60,7 @@ def cluster_support(
     """
     clusters = clustering.clusters
     losses = engine.losses(clustering.params, "val").cpu().numpy()  # [M, n, max_val]
-    counts = engine.data.val.counts.cpu().numpy()
+    counts = engine.counts("val")
     partition = _partition_of_cluster(clusters, partition_of_device)
     tests, own, other = [], [], []
     for i, c1 in enumerate(clusters):
@@ -140,7 +140,7 @@ def cluster_train(
     (:func:`supporter_pair_weight`; w = 1: the box)."""
     models, devices = clustering.training_pairs()
     weight = supporter_pair_weight(clustering, models, devices, supporter_weight)
-    return clustering.with_params(engine.train(clustering.params, models, devices, generator, pair_weight=weight))
+    return clustering.with_params(engine.train(clustering.params, models, devices, generator, pair_weight=weight).params)
 
 
 def supporter_pair_weight(

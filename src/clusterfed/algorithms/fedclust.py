@@ -26,7 +26,7 @@ from clusterfed.algorithms.base import generators, model_bytes, pair_traffic
 from clusterfed.algorithms.clustering import Cluster, Clustering
 from clusterfed.algorithms.protocol import ColdStart, Context, RoundPlan
 from clusterfed.engine import Engine, StackedParams, TrainingConfig
-from clusterfed.engine.stacked import is_finite, take
+from clusterfed.engine.stacked import take
 from clusterfed.hyperparams import Param
 from clusterfed.registry import register
 
@@ -67,11 +67,11 @@ def local_final_layers(
     the row of a device whose training diverged is NaN."""
     n = engine.n_devices
     theta0 = {k: v.to(engine.device) for k, v in theta0.items()}
-    trained = engine.local_models(
+    uploads = engine.local_models(
         theta0, np.zeros(n, dtype=np.int64), np.arange(n), generator, epochs=epochs, training=training
     )
-    theta_hat = final_layers(trained)
-    theta_hat[~is_finite(trained).cpu().numpy()] = np.nan
+    theta_hat = final_layers(uploads.params)
+    theta_hat[uploads.rejected] = np.nan
     return theta_hat
 
 
@@ -203,8 +203,6 @@ class FedClust(ColdStart[FedClustState]):
         theta_hat = local_final_layers(
             engine, theta0, ctx.generator, epochs=self.init_epochs, training=engine.training
         )
-        diverged = int((~np.isfinite(theta_hat).all(axis=1)).sum())
-        engine.rejected_updates += diverged
         labels = hierarchical_clusters(theta_hat, self.lam, self.linkage)
         k = int(labels.max()) + 1
         clusters = tuple(
@@ -251,8 +249,7 @@ class FedClust(ColdStart[FedClustState]):
         if not hasattr(self, "result_"):
             raise RuntimeError("call fit before assign_newcomers")
         theta0 = self.init_params_
-        shapes = {k: tuple(v.shape) for k, v in engine.model.named_parameters()}
-        if shapes != {k: tuple(v.shape[1:]) for k, v in theta0.items()}:
+        if engine.param_shapes() != {k: tuple(v.shape[1:]) for k, v in theta0.items()}:
             raise ValueError("the newcomers' engine has another architecture than the fitted one")
         _, gen = generators(seed)
         theta_hat_new = local_final_layers(

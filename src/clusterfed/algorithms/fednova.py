@@ -57,11 +57,10 @@ class FedNova(FedAvg):
         return state, replace(plan, upload="each")
 
     def aggregate(self, engine, state, plan, trained, ctx):
-        counts = engine.data.train.counts.cpu().numpy()[plan.devices]
+        counts = engine.counts("train")[plan.devices]
         cfg = engine.training
         tau = local_steps(counts, cfg.batch_size, cfg.local_epochs)
         ok = is_finite(trained).cpu().numpy()
-        engine.rejected_updates += int((~ok).sum())
         keep = ok & (counts > 0)
         if not keep.any():
             return state

@@ -120,7 +120,7 @@ class FedSoft(ColdStart[FedSoftState]):
         if state.t % self.tau == 0:
             rows = torch.as_tensor(participants, device=engine.device)
             losses = engine.losses(state.c, "train")[:, rows]
-            u[participants] = importance_weights(losses, engine.data.train.mask[rows], self.sigma)
+            u[participants] = importance_weights(losses, engine.mask("train")[rows], self.sigma)
         pull = soft_penalty(state.c, u, self.mu)
         size = model_bytes(state.c)
         plan = RoundPlan(pull.center, participants, participants, upload="each", penalty=pull,  # start at m_k
@@ -130,10 +130,9 @@ class FedSoft(ColdStart[FedSoftState]):
     def aggregate(self, engine, state, plan, trained, ctx):
         """c_s = Σ_k v_sk w_k over the finite participants, for every s at once."""
         ok = is_finite(trained).cpu().numpy()
-        engine.rejected_updates += int((~ok).sum())
         keep = np.flatnonzero(ok)
         M = plan.devices
-        n_k = engine.data.train.counts.cpu().numpy()
+        n_k = engine.counts("train")
         v = aggregation_weights(state.u[M[keep]], n_k[M[keep]]) if len(keep) else np.zeros((self.S, 0))
         pairs_s, pairs_k = np.nonzero(v)
         c = state.c

@@ -95,7 +95,6 @@ class FeSEM(ColdStart[FeSEMState]):
 
     def aggregate(self, engine, state, plan, trained, ctx):
         ok = is_finite(trained).cpu().numpy()
-        engine.rejected_updates += int((~ok).sum())
         centres = state.centres
         finite = np.flatnonzero(ok)
         if not state.seeded:

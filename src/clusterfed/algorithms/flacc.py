@@ -25,8 +25,7 @@ from clusterfed.algorithms.base import pair_traffic
 from clusterfed.algorithms.clustering import Cluster, Clustering
 from clusterfed.algorithms.protocol import ColdStart, Context, RoundPlan
 from clusterfed.engine import Engine, StackedParams
-from clusterfed.engine.aggregation import weighted_average
-from clusterfed.engine.stacked import is_finite, take
+from clusterfed.engine.stacked import take
 from clusterfed.hyperparams import Param
 from clusterfed.registry import register
 
@@ -220,8 +219,8 @@ class FLACC(ColdStart[FLACCState]):
     has happened yet), so the N_sep quiet rounds are counted from the start; the box
     expires memory (line 19) after merging, but eq. 18 defines α^(t) with the expiry
     applied and line 14 merges on α^(t), so the expiry is applied before merging.
-    Updates that are not finite are left out of α and of the average and counted in
-    ``engine.rejected_updates``, as ``Engine.train`` does.
+    Uploads the engine rejects (not finite) are left out of α and of the average, as
+    ``Engine.train`` does, and counted in the round's history.
     """
 
     name = "flacc"
@@ -263,22 +262,14 @@ class FLACC(ColdStart[FLACCState]):
     def aggregate(self, engine, state, plan, trained, ctx):
         if plan.upload == "average":
             return replace(state, clustering=state.clustering.with_params(trained))
-        M, t = plan.devices, state.t
-        finite = is_finite(trained)
-        if not bool(finite.all()):
-            engine.rejected_updates += int((~finite).sum())
-        keep = finite.cpu().numpy()
-        trained = take(trained, np.flatnonzero(keep).tolist())
-        ok = M[keep]
+        ok, t = plan.devices, state.t  # the driver hands on the accepted uploads only
         delta = _flat(trained) - _flat(state.theta)
         alpha, tau = update_similarities(state.alpha, state.tau, ok, cosine_similarities(delta), t)
         alpha = expire_similarities(alpha, tau, t, T=self.T)
         entities, merged = merge_entities(alpha, state.entities, alpha0=self.alpha0, n_merge=self.n_merge)
         theta = state.theta
         if len(ok):
-            weights = engine.data.train.counts.to(torch.float32)[torch.as_tensor(ok, device=engine.device)]
-            target = torch.zeros(len(ok), dtype=torch.long, device=engine.device)
-            theta = weighted_average(trained, target, weights, theta)
+            theta = engine.aggregate(trained, np.zeros(len(ok), dtype=np.int64), ok, theta)
         quiet = 0 if merged else state.quiet + 1
         return replace(
             state, theta=theta, alpha=alpha, tau=tau, entities=entities, quiet=quiet,

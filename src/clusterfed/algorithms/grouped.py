@@ -43,10 +43,8 @@ def updates(
 ) -> tuple[torch.Tensor, np.ndarray]:
     """Each pair's flat update Δθ = θ_trained − θ_start (``trained`` holds one row per
     pair, ``start`` the models they started from) and a finite mask ``[P]``: a
-    diverged pair's update is zero and it is counted in ``engine.rejected_updates``."""
+    diverged pair's update is zero (the engine also lists it in ``Round.rejected``)."""
     finite = is_finite(trained)
-    if not bool(finite.all()):
-        engine.rejected_updates += int((~finite).sum())
     delta = flat(trained) - flat(take(start, np.asarray(model_of_pair).tolist()))
     delta[~finite] = 0.0
     return delta, finite.cpu().numpy()
@@ -67,5 +65,5 @@ def average(
         return previous
     device_idx = torch.as_tensor(np.asarray(device_of_pair)[keep], dtype=torch.long, device=engine.device)
     target = torch.as_tensor(np.asarray(model_of_pair)[keep], dtype=torch.long, device=engine.device)
-    weights = engine.data.train.counts.to(torch.float32)[device_idx]
+    weights = torch.as_tensor(engine.counts("train"), dtype=torch.float32, device=engine.device)[device_idx]
     return weighted_average(take(trained, keep.tolist()), target, weights, previous)

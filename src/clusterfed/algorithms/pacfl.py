@@ -114,10 +114,8 @@ class PACFL(ColdStart[PACFLState]):
     linkage: str
 
     def init(self, engine: Engine, ctx: Context) -> PACFLState:
-        train = engine.data.train
-        x = train.x.flatten(2).cpu().numpy()
-        counts = train.counts.cpu().numpy()
-        bases = [data_basis(x[d, : counts[d]], self.p) for d in range(engine.n_devices)]
+        x = [engine.samples("train", d)[0] for d in range(engine.n_devices)]
+        bases = [data_basis(xd.reshape(len(xd), -1), self.p) for xd in x]
         angles = proximity_matrix(bases)
         labels = angle_clusters(angles, self.beta, self.linkage)
         theta = engine.init_params(1, ctx.generator, distinct=False)

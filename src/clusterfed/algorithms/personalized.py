@@ -32,7 +32,6 @@ from clusterfed.engine.aggregation import weighted_average
 from clusterfed.engine.local_sgd import PerFedAvgStep, PFedMeStep
 from clusterfed.algorithms.protocol import ColdStart, Context, RoundPlan
 from clusterfed.engine.stacked import is_finite, take
-from clusterfed.engine.tensors import PaddedSplit
 from clusterfed.hyperparams import Param
 from clusterfed.registry import register
 
@@ -57,7 +56,6 @@ def replace_rows(params: StackedParams, rows: np.ndarray, new: StackedParams, ok
 
 def _finite(engine: Engine, params: StackedParams) -> np.ndarray:
     ok = is_finite(params).cpu().numpy()
-    engine.rejected_updates += int((~ok).sum())
     return ok
 
 
@@ -98,7 +96,7 @@ class Ditto(_Personalized):
     def configure_round(self, engine, state, participants, ctx):
         n = engine.n_devices
         pull = proximal_penalty(take(state.w, [0] * n), self.lam)  # centred on w^t, a row per device
-        v = engine.local_models(state.personal, participants, participants, ctx.generator, penalty=pull)
+        v = engine.local_models(state.personal, participants, participants, ctx.generator, penalty=pull).params
         personal = replace_rows(state.personal, participants, v, _finite(engine, v))
         return super().configure_round(engine, replace(state, personal=personal), participants, ctx)
 
@@ -122,9 +120,9 @@ class PerFedAvg(_Personalized):
     def personalize(self, engine: Engine, w: StackedParams, gen: torch.Generator) -> StackedParams:
         """θ_k = w − α∇F_k(w): one full-batch step on each device's training data."""
         n = engine.n_devices
-        full = int(engine.data.train.counts.max())
+        full = int(engine.counts("train").max())
         one_step = replace(engine.training, lr=self.alpha, batch_size=max(full, 1), local_epochs=1)
-        theta = engine.local_models(w, np.zeros(n, dtype=np.int64), np.arange(n), gen, training=one_step)
+        theta = engine.local_models(w, np.zeros(n, dtype=np.int64), np.arange(n), gen, training=one_step).params
         return replace_rows(take(w, [0] * n), np.arange(n), theta, _finite(engine, theta))
 
     def configure_round(self, engine, state, participants, ctx):
@@ -165,13 +163,12 @@ class PFedMe(_Personalized):
         F_k(θ; D_k) + λ/2 ‖θ − w‖² from w, D_k the device's first B training samples."""
         n = engine.n_devices
         B = engine.training.batch_size
-        train = engine.data.train
-        batch = PaddedSplit(x=train.x[:, :B], y=train.y[:, :B], counts=train.counts.clamp(max=B))
+        batch = engine.head(B)
         inner = replace(engine.training, lr=self.personal_lr, local_epochs=self.K)
         theta = engine.local_models(
             w, np.zeros(n, dtype=np.int64), np.arange(n), gen, training=inner, data=batch,
             penalty=proximal_penalty(w, self.lam),
-        )
+        ).params
         return replace_rows(take(w, [0] * n), np.arange(n), theta, _finite(engine, theta))
 
     def configure_round(self, engine, state, participants, ctx):
@@ -211,7 +208,7 @@ class LGFedAvg(_Personalized):
         head = state.w
         if ok.any():
             rows = np.flatnonzero(ok)
-            weights = engine.data.train.counts.to(torch.float32)[torch.as_tensor(plan.devices[rows], device=engine.device)]
+            weights = torch.as_tensor(engine.counts("train")[plan.devices[rows]], dtype=torch.float32, device=engine.device)
             target = torch.zeros(len(rows), dtype=torch.long, device=engine.device)
             head = weighted_average(take({k: trained[k] for k in head}, rows.tolist()), target, weights, head)
         n = engine.n_devices

@@ -15,7 +15,7 @@ Every method declares its hyperparameters once (``hyperparameters``, a tuple of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import numpy as np
@@ -25,6 +25,7 @@ from clusterfed.algorithms.base import History, generators, result_from, sample_
 from clusterfed.algorithms.clustering import Clustering, ColdStartResult
 from clusterfed.engine import Engine, StackedParams, TrainingConfig
 from clusterfed.engine.local_sgd import LocalObjective, QuadraticPenalty
+from clusterfed.engine.stacked import take
 from clusterfed.engine.tensors import PaddedSplit
 from clusterfed.hyperparams import Param, check
 
@@ -78,7 +79,8 @@ class Context:
 class RoundPlan:
     """One round's training: pair p trains row ``models[p]`` of ``params`` on device
     ``devices[p]``; ``upload="average"`` hands ``aggregate`` the |Z^train|-weighted
-    averages (``Engine.train``), ``"each"`` every pair's upload (``Engine.local_models``).
+    averages (``Engine.train``), ``"each"`` every accepted pair's upload
+    (``Engine.local_models``; the plan it receives then lists the accepted pairs only).
 
     ``bytes_down``/``bytes_up`` are the round's traffic and ``phase`` its label in the
     history (``"clustering"`` or ``"training"``). ``epochs``, ``penalty``, ``training``,
@@ -180,26 +182,42 @@ def run_coldstart(
     rng, gen = generators(seed)
     ctx = Context(rng=rng, generator=gen, ground_truth=ground_truth)
     n = engine.n_devices
-    state = method.init(engine, ctx)
-    history = History(engine, method.name, method.expected_rounds(n), progress)
-    first = method.initial_round(engine, state)
-    if first is not None:
-        history.record("clustering", method.clustering(state), bytes_down=first[0], bytes_up=first[1])
-    done = 0
-    while not method.finished(state, done):
-        participants = np.arange(n) if method.full_participation else sample_participants(rng, n, method.participation)
-        state, plan = method.configure_round(engine, state, participants, ctx)
-        call = engine.train if plan.upload == "average" else engine.local_models
-        extra = {"pair_weight": plan.pair_weight} if plan.pair_weight is not None else {}
-        trained = call(
-            plan.params, plan.models, plan.devices, gen,
-            epochs=plan.epochs, data=plan.data, penalty=plan.penalty, training=plan.training,
-            objective=plan.objective, **extra,
-        )
-        state = method.aggregate(engine, state, plan, trained, ctx)
-        history.record(plan.phase, method.clustering(state), bytes_down=plan.bytes_down, bytes_up=plan.bytes_up)
-        state = method.recluster(engine, state, ctx)
-        done += 1
-    clustering = method.final(engine, state, ctx)
+    with engine.tally() as fit:  # every engine call of the fit, hooks' included
+        with engine.tally() as screened:
+            state = method.init(engine, ctx)
+        history = History(engine, method.name, method.expected_rounds(n), progress)
+        first = method.initial_round(engine, state)
+        if first is not None:
+            history.record(
+                "clustering", method.clustering(state), bytes_down=first[0], bytes_up=first[1],
+                rejected_devices=screened.rejected_devices(),
+            )
+        done = 0
+        while not method.finished(state, done):
+            with engine.tally() as screened:
+                participants = (
+                    np.arange(n) if method.full_participation else sample_participants(rng, n, method.participation)
+                )
+                state, plan = method.configure_round(engine, state, participants, ctx)
+                call = engine.train if plan.upload == "average" else engine.local_models
+                extra = {"pair_weight": plan.pair_weight} if plan.pair_weight is not None else {}
+                result = call(
+                    plan.params, plan.models, plan.devices, gen,
+                    epochs=plan.epochs, data=plan.data, penalty=plan.penalty, training=plan.training,
+                    objective=plan.objective, **extra,
+                )
+                trained = result.params
+                if plan.upload == "each" and result.n_rejected:  # hand on the accepted uploads only
+                    keep = np.setdiff1d(np.arange(len(plan.devices)), result.rejected)
+                    trained = take(trained, keep.tolist())
+                    plan = replace(plan, models=plan.models[keep], devices=plan.devices[keep])
+                state = method.aggregate(engine, state, plan, trained, ctx)
+            history.record(
+                plan.phase, method.clustering(state), bytes_down=plan.bytes_down, bytes_up=plan.bytes_up,
+                rejected_devices=screened.rejected_devices(),
+            )
+            state = method.recluster(engine, state, ctx)  # its calls count in the fit, not in a round
+            done += 1
+        clustering = method.final(engine, state, ctx)
     method.fitted(engine, state)
-    return result_from(method.name, engine, clustering, history)
+    return result_from(method.name, engine, clustering, history, fit)

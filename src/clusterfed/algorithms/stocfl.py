@@ -25,14 +25,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from clusterfed.algorithms.base import model_bytes
 from clusterfed.algorithms.clustering import Cluster, Clustering
 from clusterfed.algorithms.protocol import ColdStart, Context, RoundPlan
 from clusterfed.engine import Engine, StackedParams, TrainingConfig
 from clusterfed.engine.local_sgd import QuadraticPenalty
-from clusterfed.engine.stacked import stacked_forward, take
+from clusterfed.engine.stacked import take
 from clusterfed.hyperparams import Param
 from clusterfed.registry import register
 
@@ -45,27 +44,8 @@ def data_representations(
 ) -> np.ndarray:
     """Ψ(D_i) = ∂ℓ(ψ; D_i)/∂ψ of §2.1 for each device: the full-batch gradient of the
     mean cross-entropy of the anchor ψ on the device's training data, all parameters
-    flattened (in ``ψ``'s key order) into a row of ``[len(devices), d]``.
-
-    Devices are batched ``chunk`` at a time (one stacked forward/backward per chunk).
-    """
-    data = engine.data.train
-    devices = np.arange(engine.n_devices) if devices is None else np.asarray(devices, dtype=np.int64)
-    anchor = {k: v.to(engine.device) for k, v in ψ.items()}
-    rows = []
-    for start in range(0, len(devices), chunk):
-        idx = torch.as_tensor(devices[start : start + chunk], dtype=torch.long, device=engine.device)
-        leaves = {k: v.expand(len(idx), *v.shape[1:]).clone().requires_grad_(True) for k, v in anchor.items()}
-        x, y, counts = data.x[idx], data.y[idx], data.counts[idx]
-        logits = stacked_forward(engine.model, leaves, x, shared_input=False)
-        ce = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view_as(y)
-        valid = torch.arange(y.shape[1], device=y.device)[None, :] < counts[:, None]
-        per_device = (ce * valid).sum(1) / counts.clamp(min=1)  # ℓ(ψ; D_i), a mean over D_i
-        grads = torch.autograd.grad(per_device.sum(), list(leaves.values()))
-        rows.append(torch.cat([g.flatten(1) for g in grads], dim=1).detach().cpu())
-    if not rows:
-        return np.zeros((0, sum(v[0].numel() for v in ψ.values())), dtype=np.float32)
-    return torch.cat(rows).numpy().astype(np.float32, copy=False)
+    flattened (in ``ψ``'s key order) into a row of ``[len(devices), d]``."""
+    return engine.gradients(ψ, devices, chunk=chunk)
 
 
 def cluster_representations(Ψ: np.ndarray, clusters: Sequence[Cluster]) -> np.ndarray:
@@ -233,7 +213,7 @@ class StoCFL(ColdStart[StoCFLState]):
         d = sum(v[0].numel() for v in ψ.values())
         n = engine.n_devices
         # full batch by default: a batch as large as the largest client's data
-        local = replace(engine.training, batch_size=self.batch_size or int(engine.data.train.counts.max()))
+        local = replace(engine.training, batch_size=self.batch_size or int(engine.counts("train").max()))
         return StoCFLState(ψ, np.full((n, d), np.nan, dtype=np.float32), np.zeros(n, dtype=bool), (),
                            take(ω, []), ω, local)
 
@@ -323,7 +303,7 @@ class StoCFL(ColdStart[StoCFLState]):
         ``result_.params`` (columns; NaN for the ω row of unseen clients)."""
         if not hasattr(self, "result_"):
             raise RuntimeError("call fit before assign_newcomers")
-        if set(self.anchor_) != {k for k, _ in engine.model.named_parameters()}:
+        if set(self.anchor_) != set(engine.param_shapes()):
             raise ValueError("the newcomers' engine has another architecture than the fitted one")
         Ψ_new = data_representations(engine, self.anchor_)
         R = self.cluster_representations_

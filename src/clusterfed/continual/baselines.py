@@ -79,7 +79,7 @@ class FedDrift(ContinualMethod):
         next_id = previous.next_id()
         clusters += [Cluster(next_id + k, frozenset({d})) for k, d in enumerate(founders)]
         fresh = engine.init_params(len(founders), gen, distinct=False)
-        fresh = engine.train(fresh, np.arange(len(founders)), np.asarray(founders), gen, epochs=self.init_epochs)
+        fresh = engine.train(fresh, np.arange(len(founders)), np.asarray(founders), gen, epochs=self.init_epochs).params
         params = {k: torch.cat([previous.params[k], fresh[k]]) if previous.clusters else fresh[k] for k in fresh}
         clustering = Clustering(tuple(clusters), params)
         before = {c.id: c.devices for c in clustering.clusters}
@@ -92,7 +92,7 @@ class FedDrift(ContinualMethod):
         n = engine.n_devices
         members = [sorted(c.devices) for c in clustering.clusters]
         losses = engine.mean_losses(clustering.params, "val").cpu().numpy()  # [M, n]
-        weights = engine.data.train.counts.cpu().numpy().astype(float)
+        weights = engine.counts("train").astype(float)
         active = [i for i, m in enumerate(members) if m]
         loss_on = {(i, j): float(np.average(losses[i, members[j]], weights=weights[members[j]])) for i in active for j in active}
         groups = {i: [i] for i in active}  # representative -> original rows
@@ -165,8 +165,8 @@ class FedProxEWC(ContinualFedAvg):
         """Add this timestep's Fisher to the sum and anchor at the trained model."""
         clustering, fisher = state.clustering, state.extras.get("fisher")
         models, devices = clustering.training_pairs()
-        new_fisher = engine.fisher(clustering.params, models, devices)
+        new_fisher = engine.fisher(clustering.params, models, devices).params
         if fisher is not None:
             new_fisher = {k: fisher[k] + new_fisher[k] for k in fisher}
         extras = {"fisher": new_fisher, "anchor": {k: v.clone() for k, v in clustering.params.items()}}
-        return ContinualState(clustering, state.memory, extras)
+        return replace(state, extras=extras)

@@ -46,11 +46,12 @@ def concept_matches(
     alpha: float,
     epsilon: float,
 ) -> bool:
-    """Alg. 8/9's test: p1 on Z_d^val and p2 on S' must both be significant (``significant``: p ≤ α, the rule of Alg. 2)."""
+    """Alg. 8/9's test: p1 on Z_d^val and p2 on S' must both be significant at level
+    α (``significant``: p ≤ α, the rule of Alg. 2)."""
     pair = {k: torch.cat([local_params[k], cluster_params[k]]) for k in local_params}
     on_memory = engine.sample_losses(pair, remembered.x, remembered.y)  # [2, |S'|]
     p1, p2 = support_pvalues([own_val, on_memory[0]], [cluster_val, on_memory[1]], epsilon)
-    return bool(significant([p1, p2], alpha).all())  # p ≤ α: the rule of Alg. 2
+    return bool(significant([p1, p2], alpha).all())
 
 
 def local_concept_search(
@@ -127,8 +128,9 @@ class CFAACL(ContinualMethod):
         n = engine.n_devices
         previous, memory = state.clustering, state.memory
         devices = np.arange(n)
-        local = engine.train(engine.init_params(n, gen, distinct=False), devices, devices, gen, epochs=self.init_epochs)
-        counts = engine.data.val.counts.cpu().numpy()
+        fresh = engine.init_params(n, gen, distinct=False)
+        local = engine.train(fresh, devices, devices, gen, epochs=self.init_epochs).params
+        counts = engine.counts("val")
         own_val = engine.own_losses(local, devices, "val").cpu().numpy()
         cluster_val = engine.losses(previous.params, "val").cpu().numpy()
 
@@ -164,9 +166,7 @@ class CFAACL(ContinualMethod):
         """d.M^(t) and C.M^(t) of thesis §2.2 for every device and cluster."""
         rng = np.random.default_rng([seed, t, 7])
         cluster_of = state.cluster_of_device(engine.n_devices)
-        val = engine.data.val
-        x = [val.x[d, : val.counts[d]].cpu().numpy() for d in range(engine.n_devices)]
-        y = [val.y[d, : val.counts[d]].cpu().numpy() for d in range(engine.n_devices)]
+        x, y = zip(*(engine.samples("val", d) for d in range(engine.n_devices)))
         state.memory.record(
             t, {d: int(c) for d, c in enumerate(cluster_of)}, x, y, samples=self.memory_samples, rng=rng
         )

@@ -53,12 +53,15 @@ def save_checkpoint(directory: Path, t: int, state: ContinualState, rows: list[d
     tmp.rename(final)
 
 
+def checkpoint_dirs(directory: Path) -> list[Path]:
+    """The per-timestep checkpoint folders under ``directory``, oldest first."""
+    directory = Path(directory)
+    return sorted(directory.glob("t_[0-9][0-9][0-9]")) if directory.is_dir() else []
+
+
 def latest_checkpoint(directory: Path, fingerprint: str) -> tuple[int, ContinualState, list[dict]] | None:
     """The newest complete checkpoint written with the same ``fingerprint``, if any."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return None
-    for path in sorted(directory.glob("t_[0-9][0-9][0-9]"), reverse=True):
+    for path in reversed(checkpoint_dirs(directory)):
         meta_path = path / "state.json"
         if not meta_path.is_file():
             continue

@@ -14,7 +14,7 @@ from clusterfed.continual.checkpoint import latest_checkpoint, save_checkpoint
 from clusterfed.continual.schedules import recurrences
 from clusterfed.continual.protocol import ContinualMethod
 from clusterfed.continual.state import ContinualState
-from clusterfed.engine import Engine
+from clusterfed.engine import Engine, Tally
 from clusterfed.progress import progress as progress_bar
 
 
@@ -51,11 +51,12 @@ def run_continual(
     for t in range(start, timesteps + 1):
         started = time.perf_counter()
         engine = engine_at(t)
-        if t == 0:
-            state = algorithm.cold_start(engine, seed=seed)
-        else:
-            state = algorithm.step(state, engine, t=t, seed=seed)
-        rows.append(_row(t, state, engine, schedule))
+        with engine.tally() as screened:  # every engine call of the timestep
+            if t == 0:
+                state = algorithm.cold_start(engine, seed=seed)
+            else:
+                state = algorithm.step(state, engine, t=t, seed=seed)
+        rows.append(_row(t, state, engine, schedule, screened))
         save_checkpoint(checkpoint_dir, t, state, rows, fingerprint)
         if wall_times is not None:
             _append_line(wall_times, {"algorithm": algorithm.name, "seed": seed, "t": t,
@@ -75,7 +76,7 @@ def _append_line(path: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
-def _row(t: int, state: ContinualState, engine: Engine, schedule: np.ndarray) -> dict:
+def _row(t: int, state: ContinualState, engine: Engine, schedule: np.ndarray, screened: Tally) -> dict:
     n = engine.n_devices
     accuracy = engine.accuracy(state.clustering.params, state.clustering.model_of_device(n))
     cluster_of = state.cluster_of_device(n)
@@ -85,6 +86,7 @@ def _row(t: int, state: ContinualState, engine: Engine, schedule: np.ndarray) ->
         "device_accuracy": [round(float(a), 6) for a in accuracy],
         "n_clusters": len(set(cluster_of.tolist())),
         "n_models": len(state.clustering.clusters),
+        "rejected_updates": screened.rejected,
         "cluster_of_device": cluster_of.tolist(),
         "concept_of_device": schedule[:, t].tolist(),
     }

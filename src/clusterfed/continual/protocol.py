@@ -9,7 +9,9 @@ around the training rounds, which are written once (:func:`train_rounds`):
     (rounds)  every cluster model trains on its pairs, ``penalty`` pulling it
     remember  keep what the next timestep needs (memory, Fisher, losses)
 
-The cold start (t = 0) starts from ``initial_state`` and runs the same timestep;
+The uploads the engine rejects in a timestep (``arrive``'s calls and the rounds')
+reach the timestep's metric row through the driver's ``Engine.tally``. The cold
+start (t = 0) starts from ``initial_state`` and runs the same timestep;
 a method whose cold start is another algorithm (C-FAACL: FAACL) overrides
 ``cold_start``. ``FedProxEWC(ContinualFedAvg)`` overrides ``penalty`` and
 ``remember`` only.
@@ -48,7 +50,7 @@ def train_rounds(
     models, devices = clustering.training_pairs()
     for _ in range(rounds):
         pull = None if penalty is None else penalty(clustering.params)
-        clustering = clustering.with_params(engine.train(clustering.params, models, devices, generator, penalty=pull))
+        clustering = clustering.with_params(engine.train(clustering.params, models, devices, generator, penalty=pull).params)
     return clustering
 
 

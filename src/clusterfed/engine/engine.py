@@ -7,20 +7,79 @@ results are averaged; the engine runs all pairs in batched tensor operations
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 
 from clusterfed.engine.aggregation import weighted_average
-from clusterfed.engine.evaluation import all_pairs_losses, own_model_accuracy, own_model_losses
-from clusterfed.engine.robust import RobustRule, mark_rejected
+from clusterfed.engine.evaluation import (
+    all_pairs_losses,
+    mean_loss_gradients,
+    own_model_accuracy,
+    own_model_losses,
+)
 from clusterfed.engine.local_sgd import LocalObjective, QuadraticPenalty, local_sgd, squared_gradients
-from clusterfed.engine.stacked import StackedParams, init_stacked, is_finite
-from clusterfed.engine.tensors import FederationTensors, PaddedSplit
+from clusterfed.engine.robust import RobustRule, screen
+from clusterfed.engine.stacked import StackedParams, init_stacked
+from clusterfed.engine.tensors import FederationTensors, PaddedSplit, pooled
 from clusterfed.models import CONV_CHANNELS, KERNEL_SIZE, build_model
 from clusterfed.scenarios import Federation
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one engine call returns: the parameters, and the pairs whose upload the
+    screening (``engine/robust.py``, DESIGN.md §8) rejected — indices into the call's
+    pairs, whose devices are ``devices[rejected]`` — for the caller to act on."""
+
+    params: StackedParams
+    rejected: np.ndarray  # pair indices, ascending
+    devices: np.ndarray  # the device of every pair screened (one upload each)
+
+    @property
+    def n_rejected(self) -> int:
+        return len(self.rejected)
+
+    @property
+    def uploads(self) -> int:
+        return len(self.devices)
+
+    @property
+    def rejected_devices(self) -> np.ndarray:
+        return self.devices[self.rejected]
+
+
+@dataclass(eq=False)
+class Tally:
+    """The uploads screened, and those rejected per device, by the engine calls made
+    while it was open (``Engine.tally``): how a driver learns what the calls inside a
+    method's hooks rejected without the method passing it on. Pooled virtual devices
+    (ids ≥ ``n_devices``) count as uploads only."""
+
+    n_devices: int
+    uploads: int = 0
+    rejected_by_device: np.ndarray = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.rejected_by_device is None:
+            self.rejected_by_device = np.zeros(self.n_devices, dtype=np.int64)
+
+    def add(self, round_: Round) -> None:
+        self.uploads += round_.uploads
+        devices = round_.rejected_devices
+        np.add.at(self.rejected_by_device, devices[devices < self.n_devices], 1)
+
+    @property
+    def rejected(self) -> int:
+        return int(self.rejected_by_device.sum())
+
+    def rejected_devices(self) -> list[int]:
+        """One entry per rejected upload, device ids ascending."""
+        return np.repeat(np.arange(self.n_devices), self.rejected_by_device).tolist()
 
 
 @dataclass(frozen=True)
@@ -82,9 +141,7 @@ class Engine:
         ).to(self.device)
         self.data = FederationTensors.from_federation(federation, self.device)
         self.n_devices = federation.n_devices
-        self.rejected_updates = 0
-        self.uploads = 0  # uploads screened, and how many of each device's were rejected
-        self.rejected_by_device = np.zeros(federation.n_devices, dtype=np.int64)
+        self._tallies: list[Tally] = []  # open Engine.tally scopes
 
     def init_params(self, n_models: int, generator: torch.Generator, *, distinct: bool) -> StackedParams:
         """``n_models`` starting models: one shared random θ (thesis Alg. 1) or distinct draws."""
@@ -103,14 +160,14 @@ class Engine:
         training: TrainingConfig | None = None,
         objective: LocalObjective | None = None,
         pair_weight: np.ndarray | None = None,
-    ) -> StackedParams:
+    ) -> Round:
         """One communication round (thesis Alg. 4): pair p trains model ``model_of_pair[p]``
         locally on device ``device_of_pair[p]``, then each model becomes the
         |Z_d^train|-weighted average of its pairs. Models without pairs are unchanged.
 
         Pairs whose upload is rejected (``engine/robust.py``: not finite, or a norm
-        outlier against the round's other updates) are left out of the average and
-        counted in ``rejected_updates`` (DESIGN.md §8), so one device cannot poison a model.
+        outlier against the call's other updates) are left out of the average and
+        returned in ``Round.rejected`` (DESIGN.md §8), so one device cannot poison a model.
         ``data`` replaces the federation's training split (e.g. pooled groups);
         ``penalty`` (one row per model) adds a quadratic pull (FedProx, EWC);
         ``training`` replaces the engine's SGD settings for this round;
@@ -119,22 +176,44 @@ class Engine:
         """
         data = self.data.train if data is None else data
         if len(model_of_pair) == 0:
-            return params
-        trained = self.local_models(
+            return Round(params, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        uploads = self.local_models(
             params, model_of_pair, device_of_pair, generator,
             epochs=epochs, data=data, penalty=penalty, training=training, objective=objective,
         )
+        averaged = self.aggregate(
+            uploads.params, model_of_pair, device_of_pair, params,
+            rejected=uploads.rejected, data=data, pair_weight=pair_weight,
+        )
+        return Round(averaged, uploads.rejected, uploads.devices)
+
+    def aggregate(
+        self,
+        uploads: StackedParams,
+        model_of_pair: np.ndarray,
+        device_of_pair: np.ndarray,
+        previous: StackedParams,
+        *,
+        rejected: np.ndarray | None = None,
+        data: PaddedSplit | None = None,
+        pair_weight: np.ndarray | None = None,
+    ) -> StackedParams:
+        """Each model becomes the |Z_d^train|-weighted average (times ``pair_weight``)
+        of the uploads of its pairs not ``rejected`` (thesis Alg. 4, last line); a
+        model without one keeps ``previous``. Pure: no input is modified."""
+        data = self.data.train if data is None else data
         model_idx = torch.as_tensor(model_of_pair, dtype=torch.long, device=self.device)
         device_idx = torch.as_tensor(device_of_pair, dtype=torch.long, device=self.device)
         weights = data.counts.to(torch.float32)[device_idx]
         if pair_weight is not None:
             weights = weights * torch.as_tensor(pair_weight, dtype=torch.float32, device=self.device)
-        finite = is_finite(trained)
-        if not bool(finite.all()):
-            self.rejected_updates += int((~finite).sum())
-            weights = torch.where(finite, weights, torch.zeros_like(weights))
-            trained = {k: torch.where(_expand(finite, v), v, 0.0) for k, v in trained.items()}
-        return weighted_average(trained, model_idx, weights, params)
+        trained = uploads
+        if rejected is not None and len(rejected):
+            ok = torch.ones(len(model_idx), dtype=torch.bool, device=self.device)
+            ok[torch.as_tensor(rejected, dtype=torch.long, device=self.device)] = False
+            weights = torch.where(ok, weights, torch.zeros_like(weights))
+            trained = {k: torch.where(_expand(ok, v), v, 0.0) for k, v in trained.items()}
+        return weighted_average(trained, model_idx, weights, previous)
 
     def local_models(
         self,
@@ -148,11 +227,12 @@ class Engine:
         penalty: QuadraticPenalty | None = None,
         training: TrainingConfig | None = None,
         objective: LocalObjective | None = None,
-    ) -> StackedParams:
+    ) -> Round:
         """The model each pair uploads: ``model_of_pair[p]`` after local SGD on device
         ``device_of_pair[p]``, one row per pair, not averaged (``train`` averages them;
         FLACC and FedClust read them one by one). ``training`` replaces the engine's SGD
-        settings (e.g. a newcomer trained as the federation's devices were)."""
+        settings (e.g. a newcomer trained as the federation's devices were). Uploads the
+        screening refuses are NaN rows listed in ``Round.rejected``."""
         data = self.data.train if data is None else data
         cfg = self.training if training is None else training
         model_idx = torch.as_tensor(model_of_pair, dtype=torch.long, device=self.device)
@@ -178,31 +258,75 @@ class Engine:
         )
         return self._screen(trained, start, device_of_pair)
 
-    def _screen(self, uploads: StackedParams, start: StackedParams | None, device_of_pair: np.ndarray) -> StackedParams:
-        """The one rejection point (``engine/robust.py``): rejected uploads come back NaN,
-        so every aggregate's finite check leaves them out; counted per device."""
-        uploads, rejected = mark_rejected(uploads, start, self.screening)
-        self.uploads += len(device_of_pair)
-        if bool(rejected.any()):
-            devices = np.asarray(device_of_pair)[rejected.cpu().numpy()]
-            np.add.at(self.rejected_by_device, devices[devices < self.n_devices], 1)
-        return uploads
+    def _screen(self, uploads: StackedParams, start: StackedParams | None, device_of_pair: np.ndarray) -> Round:
+        """The one rejection point (``robust.screen`` with this engine's rule): rejected
+        rows come back NaN (so no later finite check can take them), accepted ones
+        clipped when the rule says so; reported to every open ``tally``."""
+        rejected, uploads = screen(uploads, start, self.screening)
+        result = Round(uploads, torch.nonzero(rejected).flatten().cpu().numpy(), np.asarray(device_of_pair))
+        for tally in self._tallies:
+            tally.add(result)
+        return result
 
-    def fisher(self, params: StackedParams, model_of_pair: np.ndarray, device_of_pair: np.ndarray) -> StackedParams:
+    @contextmanager
+    def tally(self) -> Iterator[Tally]:
+        """Count what every engine call inside the ``with`` block screened and rejected
+        (scopes nest: an outer tally sees the inner calls too)."""
+        tally = Tally(self.n_devices)
+        self._tallies.append(tally)
+        try:
+            yield tally
+        finally:
+            self._tallies.remove(tally)
+
+    def fisher(self, params: StackedParams, model_of_pair: np.ndarray, device_of_pair: np.ndarray) -> Round:
         """Diagonal empirical Fisher of each model, averaged over its pairs' devices
-        weighted by |Z^train| (as the server would aggregate it)."""
+        weighted by |Z^train| (as the server would aggregate it); each pair's estimate
+        is an upload screened like any other (one device's NaN data poisons no Fisher)."""
         model_idx = torch.as_tensor(model_of_pair, dtype=torch.long, device=self.device)
         device_idx = torch.as_tensor(device_of_pair, dtype=torch.long, device=self.device)
         start = {k: v.index_select(0, model_idx) for k, v in params.items()}
         squares = squared_gradients(
             self.model, start, self.data.train, device_idx, batch_size=self.training.batch_size
         )
-        squares = self._screen(squares, None, device_of_pair)  # one device's NaN data poisons no Fisher
-        finite = is_finite(squares)
-        squares = {k: torch.where(_expand(finite, v), v, 0.0) for k, v in squares.items()}
-        weights = self.data.train.counts.to(torch.float32)[device_idx] * finite
+        screened = self._screen(squares, None, device_of_pair)
         zeros = {k: torch.zeros_like(v) for k, v in params.items()}
-        return weighted_average(squares, model_idx, weights, zeros)
+        fisher = self.aggregate(screened.params, model_of_pair, device_of_pair, zeros, rejected=screened.rejected)
+        return Round(fisher, screened.rejected, screened.devices)
+
+    def counts(self, split: str = "train") -> np.ndarray:
+        """Samples of each device in ``split`` (|Z_d^train| for ``"train"``)."""
+        return self.data.split(split).counts.cpu().numpy()
+
+    def samples(self, split: str, device: int) -> tuple[np.ndarray, np.ndarray]:
+        """Device ``device``'s inputs and labels of ``split`` (e.g. for a memory sample)."""
+        data = self.data.split(split)
+        n = int(data.counts[device])
+        return data.x[device, :n].cpu().numpy(), data.y[device, :n].cpu().numpy()
+
+    def mask(self, split: str = "train") -> torch.Tensor:
+        """``[n_devices, max_n]`` bool, True on each device's real samples (the last
+        axis of ``losses``)."""
+        return self.data.split(split).mask
+
+    def head(self, n: int) -> PaddedSplit:
+        """Each device's first ``n`` training samples, as ``data=`` for a round."""
+        t = self.data.train
+        return PaddedSplit(x=t.x[:, :n], y=t.y[:, :n], counts=t.counts.clamp(max=n))
+
+    def pooled(self, groups: np.ndarray) -> PaddedSplit:
+        """The training data of each group pooled into one virtual device (for ``data=``)."""
+        return pooled(self.data.train, groups)
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Shape of each parameter of one model of this engine's architecture."""
+        return {k: tuple(v.shape) for k, v in self.model.named_parameters()}
+
+    def gradients(self, params: StackedParams, devices: np.ndarray | None = None, *, chunk: int = 64) -> np.ndarray:
+        """Full-batch gradient of the mean training loss of the one model ``params`` on
+        each device's data, flattened in ``params``' key order, ``[len(devices), d]``."""
+        devices = np.arange(self.n_devices) if devices is None else np.asarray(devices, dtype=np.int64)
+        return mean_loss_gradients(self.model, params, self.data.train, devices, chunk=chunk)
 
     def losses(self, params: StackedParams, split: str = "val") -> torch.Tensor:
         """Per-sample losses ``[M, n_devices, max_n]`` of every model on every device."""

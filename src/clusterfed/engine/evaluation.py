@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -49,3 +50,27 @@ def own_model_losses(
     """Per-sample losses ``[n, max_n]`` of device d's own model ``params[model_of_device[d]]``."""
     logits = stacked_forward(model, take(params, model_of_device), data.x, shared_input=False)
     return F.cross_entropy(logits.flatten(0, 1), data.y.flatten(), reduction="none").view_as(data.y)
+
+
+def mean_loss_gradients(
+    model: nn.Module, params: StackedParams, data: PaddedSplit, devices: np.ndarray, *, chunk: int = 64
+) -> np.ndarray:
+    """∂ℓ(θ; D_i)/∂θ of the one model ``params`` for each device i of ``devices``: the
+    full-batch gradient of its mean cross-entropy on i's samples, all parameters
+    flattened in key order, ``[len(devices), d]`` float32; ``chunk`` devices per
+    stacked forward/backward."""
+    anchor = {k: v.to(data.x.device) for k, v in params.items()}
+    rows = []
+    for start in range(0, len(devices), chunk):
+        idx = torch.as_tensor(devices[start : start + chunk], dtype=torch.long, device=data.x.device)
+        leaves = {k: v.expand(len(idx), *v.shape[1:]).clone().requires_grad_(True) for k, v in anchor.items()}
+        x, y, counts = data.x[idx], data.y[idx], data.counts[idx]
+        logits = stacked_forward(model, leaves, x, shared_input=False)
+        ce = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view_as(y)
+        valid = torch.arange(y.shape[1], device=y.device)[None, :] < counts[:, None]
+        per_device = (ce * valid).sum(1) / counts.clamp(min=1)  # ℓ(θ; D_i), a mean over D_i
+        grads = torch.autograd.grad(per_device.sum(), list(leaves.values()))
+        rows.append(torch.cat([g.flatten(1) for g in grads], dim=1).detach().cpu())
+    if not rows:
+        return np.zeros((0, sum(v[0].numel() for v in params.values())), dtype=np.float32)
+    return torch.cat(rows).numpy().astype(np.float32, copy=False)

@@ -24,7 +24,10 @@ import torch
 
 from clusterfed.engine.stacked import StackedParams
 
-OUTLIER_FACTOR = 10.0  # k: the default of RobustRule and of params.yaml
+# The one home of the screening defaults (RobustRule, params.yaml's training section).
+OUTLIER_FACTOR = 10.0  # k
+CLIP_NORM = None  # no clipping
+MAX_REJECTED_SHARE = 0.5  # a cold-start run fails above this share of rejected uploads
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ class RobustRule:
     """``k`` (outlier factor, ``None`` = finite check only) and optional ``clip_norm``."""
 
     k: float | None = OUTLIER_FACTOR
-    clip_norm: float | None = None
+    clip_norm: float | None = CLIP_NORM
 
 
 def update_norms(trained: StackedParams, start: StackedParams | None = None) -> torch.Tensor:
@@ -72,22 +75,9 @@ def clip_updates(trained: StackedParams, start: StackedParams, norms: torch.Tens
 def screen(
     trained: StackedParams, start: StackedParams | None, rule: RobustRule = RobustRule()
 ) -> tuple[torch.Tensor, StackedParams]:
-    """The mask of accepted rows and the rows to aggregate (rejected rows zeroed, so a
-    weight of 0 cannot turn ``0 · inf`` into NaN; accepted rows clipped when asked)."""
-    norms = update_norms(trained, start)
-    keep = accepted(norms, rule.k)
-    if rule.clip_norm is not None and start is not None:
-        trained = clip_updates(trained, start, norms, rule.clip_norm)
-    mask = lambda v: keep.view(-1, *([1] * (v.dim() - 1)))  # noqa: E731
-    return keep, {k: torch.where(mask(v), v, torch.zeros_like(v)) for k, v in trained.items()}
-
-
-def mark_rejected(
-    trained: StackedParams, start: StackedParams | None, rule: RobustRule = RobustRule()
-) -> tuple[StackedParams, torch.Tensor]:
-    """The uploads with every rejected row set to NaN (so each aggregate's finite check
-    leaves it out), accepted rows clipped when ``rule.clip_norm`` is set; and the
-    ``[P]`` bool mask of rejected rows."""
+    """The ``[P]`` bool mask of rejected rows, and the uploads with every rejected row
+    set to NaN (no aggregate or later finite check can take it) and accepted rows
+    clipped when ``rule.clip_norm`` is set. ``Engine`` calls this once per upload batch."""
     norms = update_norms(trained, start)
     rejected = ~accepted(norms, rule.k)
     if rule.clip_norm is not None and start is not None:
@@ -97,7 +87,7 @@ def mark_rejected(
             k: torch.where(rejected.view(-1, *([1] * (v.dim() - 1))), torch.full_like(v, float("nan")), v)
             for k, v in trained.items()
         }
-    return trained, rejected
+    return rejected, trained
 
 
 class TooManyRejected(RuntimeError):

@@ -51,12 +51,9 @@ def run(args: argparse.Namespace, params_path: str) -> int:
     if args.models_command == "register":
         if params is None:
             return _fail(f"{params_path}: needed to register the stage outputs")
-        from clusterfed.cli import COLDSTART, CONTINUAL, METRICS, PARTITIONS, PLOTS, UNSUPERVISED
+        from clusterfed.cli import LAYOUT
 
-        tracker = tracking.track_outputs(
-            params, partitions_dir=PARTITIONS, coldstart_dir=COLDSTART, metrics_path=METRICS,
-            plots_dir=PLOTS, continual_dir=CONTINUAL, unsupervised_dir=UNSUPERVISED, tags={"clusterfed.runner": "cli"},
-        )
+        tracker = tracking.track_outputs(params, LAYOUT, tags={"clusterfed.runner": "cli"})
         print(f"logged run {tracker.run_id} in experiment {tracker.experiment!r} ({tracker.tracking_uri})")
         return 0
     if args.models_command == "list":

@@ -39,6 +39,8 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from safetensors.torch import load_file
 
 from clusterfed.config import Params
+from clusterfed.continual.checkpoint import checkpoint_dirs
+from clusterfed.layout import RunLayout
 from clusterfed.evaluation import clustering_scores
 from clusterfed.tracking import registry
 from clusterfed.tracking.model_files import ModelSpec, cluster_state_dict, save_cluster_model
@@ -76,17 +78,15 @@ class PipelineTracker:
     def client(self) -> MlflowClient:
         return MlflowClient(self.tracking_uri, self.tracking_uri)
 
-    def log_partition(self, params: Params, partitions_dir: str | Path) -> str:
+    def log_partition(self, params: Params, layout: RunLayout) -> str:
         client, run_id = self.client, self._child("partition", self.run_id)
         sub = {"seeds": params.seeds, "data": params.data.model_dump(), "scenario": params.scenario.model_dump()}
         _log_params(client, run_id, _flatten(sub))
-        client.log_artifact(run_id, str(Path(partitions_dir) / "groups.json"))
+        client.log_artifact(run_id, str(layout.groups))
         client.set_terminated(run_id)
         return run_id
 
-    def log_coldstart(
-        self, params: Params, partitions_dir: str | Path, coldstart_dir: str | Path, *, register: bool = True
-    ) -> list[registry.ServedModel]:
+    def log_coldstart(self, params: Params, layout: RunLayout, *, register: bool = True) -> list[registry.ServedModel]:
         """Nested run per algorithm and seed; every cluster model registered at timestep 0."""
         client, stage = self.client, self._child("coldstart", self.run_id)
         sub = {"model": params.model.model_dump(), "training": params.training.model_dump(), "coldstart": params.coldstart.model_dump()}
@@ -94,27 +94,31 @@ class PipelineTracker:
         served = []
         for algorithm in params.coldstart.algorithms:
             for seed in params.seeds:
-                run_dir = Path(coldstart_dir) / algorithm / f"seed_{seed}"
-                meta, groups = _federation_meta(Path(partitions_dir) / f"seed_{seed}.npz")
-                clustering = json.loads((run_dir / "clustering.json").read_text())
+                files = layout.coldstart_run(algorithm, seed)
+                meta, groups = _federation_meta(layout.partition(seed))
+                clustering = json.loads(files.clustering.read_text())
                 run_id = self._child(f"coldstart/{algorithm}/seed_{seed}", stage)
-                history = json.loads((run_dir / "history.json").read_text())
-                device_accuracy = np.asarray(json.loads((run_dir / "device_accuracy.json").read_text()))
+                history = json.loads(files.history.read_text())
+                device_accuracy = np.asarray(json.loads(files.device_accuracy.read_text()))
                 metrics = [
                     (k, row[k], row["round"]) for row in history
                     for k in ("accuracy", "n_clusters", "bytes_down", "bytes_up") if k in row
                 ]
+                metrics += [("rejected", len(row.get("rejected_devices", [])), row["round"]) for row in history]
                 truth = clustering.get("ground_truth_groups", groups.tolist())
                 metrics += _final_metrics(
                     device_accuracy, None if truth is None else np.asarray(truth), clustering["model_of_device"], 0
                 )
+                if files.rejections.is_file():
+                    metrics.append(("rejected_updates", json.loads(files.rejections.read_text())["rejected"], 0))
                 _log_params(client, run_id, {"algorithm": algorithm, "seed": seed})
                 _log_metrics(client, run_id, metrics)
-                for file in ("clustering.json", "history.json", "device_accuracy.json"):
-                    client.log_artifact(run_id, str(run_dir / file))
+                for file in (files.clustering, files.history, files.device_accuracy, files.rejections):
+                    if file.is_file():
+                        client.log_artifact(run_id, str(file))
                 with tempfile.TemporaryDirectory() as raw:
                     served += self._log_models(
-                        params, run_id, clustering["clusters"], load_file(str(run_dir / "models.safetensors")),
+                        params, run_id, clustering["clusters"], load_file(str(files.models)),
                         device_accuracy, meta, Path(raw), stage="coldstart", algorithm=algorithm, seed=seed,
                         timestep=0, register=register,
                     )
@@ -123,9 +127,7 @@ class PipelineTracker:
         client.set_terminated(stage)
         return served
 
-    def log_continual(
-        self, params: Params, partitions_dir: str | Path, continual_dir: str | Path, *, register: bool = True
-    ) -> list[registry.ServedModel]:
+    def log_continual(self, params: Params, layout: RunLayout, *, register: bool = True) -> list[registry.ServedModel]:
         """Nested run per continual algorithm and seed, metrics per timestep, and every
         timestep's cluster models registered (from the per-timestep checkpoints
         ``<alg>/seed_<s>/checkpoints/t_<ttt>/state.{json,safetensors}``), in increasing
@@ -135,19 +137,20 @@ class PipelineTracker:
         served = []
         for algorithm in params.continual.algorithms:
             for seed in params.seeds:
-                run_dir = Path(continual_dir) / algorithm / f"seed_{seed}"
-                meta, _ = _federation_meta(Path(partitions_dir) / f"seed_{seed}.npz")
+                files = layout.continual_run(algorithm, seed)
+                meta, _ = _federation_meta(layout.partition(seed))
                 run_id = self._child(f"continual/{algorithm}/seed_{seed}", stage)
                 _log_params(client, run_id, {"algorithm": algorithm, "seed": seed})
-                for file in ("timesteps.json", "final_clustering.json"):
-                    if (run_dir / file).is_file():
-                        client.log_artifact(run_id, str(run_dir / file))
+                for file in (files.timesteps, files.final_clustering):
+                    if file.is_file():
+                        client.log_artifact(run_id, str(file))
                 raw = Path(tempfile.mkdtemp())
-                for checkpoint in sorted((run_dir / "checkpoints").glob("t_[0-9][0-9][0-9]")):
+                for checkpoint in checkpoint_dirs(files.checkpoints):
                     state = json.loads((checkpoint / "state.json").read_text())
                     t, row = state["t"], state["rows"][-1]
                     device_accuracy = np.asarray(row["device_accuracy"])
-                    metrics = [("accuracy", row["accuracy"], t), ("n_clusters", row["n_clusters"], t)]
+                    metrics = [("accuracy", row["accuracy"], t), ("n_clusters", row["n_clusters"], t),
+                               ("rejected_updates", row.get("rejected_updates", 0), t)]
                     metrics += [
                         (k, v, t) for k, v in clustering_scores(
                             np.asarray(row["concept_of_device"]), np.asarray(row["cluster_of_device"])
@@ -306,20 +309,20 @@ class PipelineTracker:
         client.set_terminated(stage)
         return served
 
-    def log_evaluate(self, metrics_path: str | Path, plots_dir: str | Path) -> str:
+    def log_evaluate(self, layout: RunLayout) -> str:
         """``metrics.json`` as metrics named by its keys (``coldstart.faacl.accuracy`` …; a
         per-timestep list becomes one metric with step t), on the stage and parent runs."""
         client, run_id = self.client, self._child("evaluate", self.run_id)
         metrics = []
-        for key, value in _flatten(json.loads(Path(metrics_path).read_text())).items():
+        for key, value in _flatten(json.loads(layout.metrics.read_text())).items():
             if isinstance(value, list) and all(_is_number(v) for v in value):
                 metrics += [(key, v, t) for t, v in enumerate(value)]
             elif _is_number(value):
                 metrics.append((key, value, 0))
         _log_metrics(client, run_id, metrics)
         _log_metrics(client, self.run_id, metrics)
-        client.log_artifact(run_id, str(metrics_path))
-        client.log_artifacts(run_id, str(plots_dir), "plots")
+        client.log_artifact(run_id, str(layout.metrics))
+        client.log_artifacts(run_id, str(layout.plots), "plots")
         client.set_terminated(run_id)
         return run_id
 
@@ -332,27 +335,18 @@ class PipelineTracker:
 
 
 def track_outputs(
-    params: Params,
-    *,
-    partitions_dir: str | Path,
-    coldstart_dir: str | Path,
-    metrics_path: str | Path,
-    plots_dir: str | Path,
-    continual_dir: str | Path | None = None,
-    unsupervised_dir: str | Path | None = None,
-    root: str | Path = ".",
-    tags: dict[str, str] | None = None,
+    params: Params, layout: RunLayout, *, root: str | Path = ".", tags: dict[str, str] | None = None
 ) -> PipelineTracker:
     """Log finished stage outputs as one pipeline run and register every cluster model."""
     tracker = PipelineTracker.start(params, root=root, tags=tags)
     try:
-        tracker.log_partition(params, partitions_dir)
-        tracker.log_coldstart(params, partitions_dir, coldstart_dir)
-        if continual_dir is not None and params.continual.enabled and Path(continual_dir).is_dir():
-            tracker.log_continual(params, partitions_dir, continual_dir)
-        if unsupervised_dir is not None and params.unsupervised.enabled and Path(unsupervised_dir).is_dir():
-            tracker.log_unsupervised(params, unsupervised_dir)
-        tracker.log_evaluate(metrics_path, plots_dir)
+        tracker.log_partition(params, layout)
+        tracker.log_coldstart(params, layout)
+        if params.continual.enabled and layout.continual.is_dir():
+            tracker.log_continual(params, layout)
+        if params.unsupervised.enabled and layout.unsupervised.is_dir():
+            tracker.log_unsupervised(params, layout.unsupervised)
+        tracker.log_evaluate(layout)
     except BaseException:
         tracker.finish("FAILED")
         raise

@@ -1,0 +1,58 @@
+"""Stage ``continual``: every continual method through timesteps 0..T for every seed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from clusterfed.build import build_continual_algorithm, build_schedule, checkpoint_fingerprint, timestep_engines
+from clusterfed.config import Params
+from clusterfed.continual.driver import concept_reuse_rate, run_continual
+from clusterfed.layout import RunLayout
+from clusterfed.stages.files import save_models, write_json
+
+
+def continual(params: Params, layout: RunLayout, *, progress: bool = True) -> None:
+    """Devices get new data at every timestep, drawn for the concept the schedule
+    gives them. Each finished timestep is checkpointed (``ContinualFiles.checkpoints``);
+    rerunning after an interruption resumes from the last finished timestep (only if
+    the parameters are unchanged) and ends with the same result. Results:
+    ``timesteps.json`` (per-timestep metrics, the cluster of every device, rejected
+    uploads), ``final_clustering.json`` and ``models.safetensors``. Wall times go to
+    ``RunLayout.wall_times`` (outside the tracked outputs, which stay byte-identical
+    between identical runs).
+    """
+    c = params.continual
+    schedule = build_schedule(params)
+    write_json(layout.schedule, schedule.tolist())
+    for seed in params.seeds:
+        engine_at = timestep_engines(params, schedule, seed)
+        for name in c.algorithms:
+            files = layout.continual_run(name, seed)
+            rows, state = run_continual(
+                build_continual_algorithm(name, params), engine_at, schedule, seed=seed,
+                checkpoint_dir=files.checkpoints, fingerprint=checkpoint_fingerprint(params, name, seed),
+                progress=progress, wall_times=layout.wall_times,
+            )
+            summary = {
+                "accuracy": float(np.mean([r["accuracy"] for r in rows[1:]])),
+                "concept_reuse_rate": concept_reuse_rate(rows, schedule, state.memory.resolve),
+                "n_clusters": [r["n_clusters"] for r in rows],
+                "rejected_updates": sum(r["rejected_updates"] for r in rows),
+            }
+            write_json(files.timesteps, {"summary": summary, "rows": rows})
+            final = {
+                "clusters": [
+                    {"id": k.id, "model_index": i, "devices": sorted(k.devices), "supportive_clusters": sorted(k.sup)}
+                    for i, k in enumerate(state.clustering.clusters)
+                ],
+                "cluster_of_device": rows[-1]["cluster_of_device"],
+            }
+            write_json(files.final_clustering, final)
+            save_models(files.models, state.clustering.params,
+                        {"algorithm": name, "seed": str(seed), "timestep": str(rows[-1]["t"])})
+            if progress:
+                print(
+                    f"seed {seed:>5} {name:<12} mean accuracy over t=1..{c.timesteps} "
+                    f"{summary['accuracy']:.4f}  concept reuse {summary['concept_reuse_rate']}",
+                    flush=True,
+                )

@@ -1,0 +1,47 @@
+"""Writing stage outputs: atomically, as JSON or safetensors (never pickle)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from clusterfed.engine import StackedParams
+from clusterfed.tensorfile import save_tensors
+
+
+@contextmanager
+def atomic_dir(path: Path) -> Iterator[Path]:
+    """Yield a temporary directory that replaces ``path`` only if the block succeeds."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(path, ignore_errors=True)
+    tmp.rename(path)
+
+
+def write_json(path: Path, obj: object) -> None:
+    """Write ``obj`` as JSON through a temporary file (a reader never sees half of it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> object:
+    return json.loads(Path(path).read_text())
+
+
+def save_models(path: Path, params: StackedParams, metadata: dict[str, str]) -> None:
+    """Stacked cluster models as safetensors (no pickle, byte-identical for identical
+    content), row i = model i."""
+    save_tensors(params, path, metadata=metadata)
