@@ -67,7 +67,7 @@ def build(name: str, kwargs: dict, params):
 def run(args) -> None:
     import numpy as np
 
-    from clusterfed import build as pipeline
+    from clusterfed import build
     from clusterfed.evaluation.metrics import clustering_scores, mean_stderr, traffic_scores
 
     for experiment in args.experiments:
@@ -79,8 +79,8 @@ def run(args) -> None:
                     continue
                 params = params_for(experiment, seed, args.device)
                 t0 = time.perf_counter()
-                fed = pipeline.build_federation(params, seed)
-                engine = pipeline.build_engine(params, fed)
+                fed = build.build_federation(params, seed)
+                engine = build.build_engine(params, fed)
                 algo = build(name, kwargs, params)
                 result = algo.fit(engine, seed=seed, progress=False)
                 wall = time.perf_counter() - t0

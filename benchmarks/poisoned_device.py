@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import yaml
 
-from clusterfed import build as pipeline
+from clusterfed import build
 from clusterfed.config import parse_params
 import clusterfed.engine.engine as engine_module
 from clusterfed.engine import Engine
@@ -77,13 +77,13 @@ def run(seed: int, methods: list[str], epochs: int | None, device: int, out: Pat
     if epochs:
         raw["coldstart"]["rounds"] = epochs
     params = parse_params(raw)
-    fed = pipeline.build_federation(params, seed)
+    fed = build.build_federation(params, seed)
     done = _done(out)
     for method in methods:
         for attack in ATTACKS:
             if (seed, method, attack, params.coldstart.rounds) in done:
                 continue
-            engine = pipeline.build_engine(params, fed)
+            engine = build.build_engine(params, fed)
             if attack != "clean":
                 t = params.training
                 engine = PoisonedEngine(
@@ -93,7 +93,7 @@ def run(seed: int, methods: list[str], epochs: int | None, device: int, out: Pat
             started = time.perf_counter()
             error = None
             try:
-                result = pipeline.build_algorithm(method, params).fit(engine, seed=seed)
+                result = build.build_algorithm(method, params).fit(engine, seed=seed)
                 accuracy = result.device_accuracy
             except Exception as exc:  # a run that refuses to go on is a result too
                 error, accuracy = f"{type(exc).__name__}: {exc}", np.full(fed.n_devices, np.nan)

@@ -154,15 +154,17 @@ def run(args) -> None:
 def summarize(args) -> None:
     import numpy as np
 
+    from clusterfed.layout import RunLayout
+
     for name in args.experiments:
         spec = EXPERIMENTS[name]
-        runs = sorted((Path(args.out) / name).glob("seed_*/metrics/metrics.json"))
-        if not runs:
+        roots = sorted(p for p in (Path(args.out) / name).glob("seed_*") if RunLayout(p).metrics.is_file())
+        if not roots:
             print(f"## {name}: not run\n")
             continue
-        reports = [json.loads(p.read_text())["coldstart"] for p in runs]
-        walls = [json.loads((p.parent / "wall.json").read_text())["wall_s"] for p in runs]
-        seeds = [p.parent.name.removeprefix("seed_") for p in runs]
+        reports = [json.loads(RunLayout(p).metrics.read_text())["coldstart"] for p in roots]
+        walls = [json.loads((p / "wall.json").read_text())["wall_s"] for p in roots]
+        seeds = [p.name.removeprefix("seed_") for p in roots]
         print(f"## {name} — seeds {', '.join(seeds)}; wall {np.mean(walls):.0f} s per seed (all algorithms)\n")
         print("| algorithm | accuracy % (± sd over seeds) | clusters per seed | ARI | NMI | MB/round | "
               "rounds to target | paper |")

@@ -28,7 +28,7 @@ from prefect.cache_policies import NO_CACHE  # noqa: E402
 
 from clusterfed.evaluation import summarize_runs  # noqa: E402
 from clusterfed.config import load_params  # noqa: E402
-from clusterfed.layout import RunLayout  # noqa: E402
+from clusterfed.layout import RunLayout, SweepLayout  # noqa: E402
 from pipelines import tasks  # noqa: E402
 from pipelines.runners import task_runner  # noqa: E402
 
@@ -57,16 +57,16 @@ def clusterfed_sweep(
     scenarios = scenarios or [base.scenario.name]
     seeds = seeds or list(base.seeds)
     algorithms = algorithms or list(base.coldstart.algorithms)
-    cells = []
+    cells, sweep = [], SweepLayout(Path(root))
     for scenario in scenarios:
         shared = {**(overrides or {}), "scenario.name": scenario, "seeds": seeds, "continual.enabled": False}
         scenario_params = load_params(params_path, overrides=shared)
-        scenario_layout = RunLayout(Path(root) / scenario)
+        scenario_layout = sweep.scenario(scenario)
         partitioned = tasks.unless_missing(tasks.partition, scenario_layout.partitions).submit(scenario_params, scenario_layout)
         for algorithm in algorithms:
             for seed in seeds:
                 one = load_params(params_path, overrides={**shared, "seeds": [seed], "coldstart.algorithms": [algorithm]})
-                run = RunLayout(Path(root) / scenario / f"{algorithm}-seed{seed}", shared_partitions=scenario_layout.partitions)
+                run = sweep.run(scenario, algorithm, seed)
                 trained = tasks.unless_missing(tasks.coldstart, run.coldstart).submit(one, run, partitioned)
                 evaluated = tasks.unless_missing(tasks.evaluate, run.metrics, run.plots).submit(one, run, [trained])
                 cells.append((scenario, algorithm, seed, run, evaluated))
@@ -74,24 +74,24 @@ def clusterfed_sweep(
         (scenario, algorithm, seed): _run_record(run, algorithm, seed, evaluated.result())
         for scenario, algorithm, seed, run, evaluated in cells
     }
-    return write_comparison(runs, Path(root))
+    return write_comparison(runs, sweep)
 
 
 @task(name="write-comparison", cache_policy=NO_CACHE)
-def write_comparison(runs: dict[tuple[str, str, int], dict], out_dir: Path) -> list[dict]:
+def write_comparison(runs: dict[tuple[str, str, int], dict], sweep: SweepLayout) -> list[dict]:
     """Mean ± stderr over seeds per (scenario, algorithm): CSV, JSON, Markdown and a bar plot."""
     rows = []
     for scenario, algorithm in dict.fromkeys((s, a) for s, a, _ in runs):
         per_seed = [r for (s, a, _), r in sorted(runs.items()) if (s, a) == (scenario, algorithm)]
         rows.append({"scenario": scenario, "algorithm": algorithm, **summarize_runs(per_seed)})
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "comparison.csv", "w", newline="") as f:
+    sweep.root.mkdir(parents=True, exist_ok=True)
+    with open(sweep.comparison("csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    (out_dir / "comparison.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (out_dir / "comparison.md").write_text(_markdown(rows))
-    _plot(rows, out_dir / "comparison.png")
+    sweep.comparison("json").write_text(json.dumps(rows, indent=2) + "\n")
+    sweep.comparison("md").write_text(_markdown(rows))
+    _plot(rows, sweep.comparison("png"))
     return rows
 
 

@@ -116,9 +116,7 @@ def continual(params: Params, layout: RunLayout) -> str:
 @task(name="unsupervised", tags=["gpu"], **_CACHED)
 def unsupervised(params: Params, layout: RunLayout) -> str:
     """FedCRef and its baselines on unlabelled clients (builds its own data)."""
-    from clusterfed.pipeline_unsupervised import run_unsupervised
-
-    run_unsupervised(params.unsupervised, params.seeds, params.data.root, layout.unsupervised)
+    stages.unsupervised(params, layout)
     return digest(layout.unsupervised)
 
 
@@ -143,7 +141,7 @@ def track_stage(tracker: PipelineTracker, stage: str, params: Params, layout: Ru
     elif stage == "continual":
         tracker.log_continual(params, layout)
     elif stage == "unsupervised":
-        tracker.log_unsupervised(params, layout.unsupervised)
+        tracker.log_unsupervised(params, layout)
     elif stage == "evaluate":
         tracker.log_evaluate(layout)
     else:

@@ -83,9 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             print("continual.enabled is false: nothing to run")
     elif args.command == "unsupervised":
         if params.unsupervised.enabled:
-            from clusterfed.pipeline_unsupervised import run_unsupervised
-
-            run_unsupervised(params.unsupervised, params.seeds, params.data.root, LAYOUT.unsupervised)
+            stages.unsupervised(params, LAYOUT)
         else:
             LAYOUT.unsupervised.mkdir(parents=True, exist_ok=True)
             print("unsupervised.enabled is false: nothing to run")

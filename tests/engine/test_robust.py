@@ -111,3 +111,34 @@ def test_too_many_rejections_fail_naming_the_devices():
     check_rejections([0, 3, 0, 1], uploads=40, max_share=0.1, what="fedavg seed 10")  # 10%: fine
     with pytest.raises(TooManyRejected, match=r"fedavg seed 10: 9 of 40 uploads rejected \(22.5% > training.max_rejected_share 10%\): device 1 \(8\), device 3 \(1\)"):
         check_rejections([0, 8, 0, 1], uploads=40, max_share=0.1, what="fedavg seed 10")
+
+
+def test_rejections_of_engine_calls_inside_hooks_reach_the_result(digits):
+    """FedClust's init trains every device in its own engine call (a hook, not the
+    driver's round): the device with NaN data is rejected there and in every round."""
+    from clusterfed.algorithms import FedClust
+
+    fed = build_scenario(digits, "S0", group_sizes=[4], seed=2)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    engine.data.train.x[2] = float("nan")
+    result = FedClust(rounds=3, init_epochs=1).fit(engine, seed=0)
+    assert result.rejected_by_device == (0, 0, 4, 0) and result.uploads == 4 + 3 * 4
+    assert [r["rejected_devices"] for r in result.history] == [[2], [2], [2], [2]]  # init's round first
+
+
+def test_tallies_nest_and_see_only_their_own_calls(digits):
+    fed = build_scenario(digits, "S0", group_sizes=[3], seed=2)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    engine.data.train.x[1] = float("nan")
+    gen = torch.Generator().manual_seed(0)
+    params = engine.init_params(1, gen, distinct=False)
+    pairs = np.zeros(3, dtype=int), np.arange(3)
+    engine.train(params, *pairs, gen)  # no tally open: nothing counted anywhere
+    with engine.tally() as outer:
+        first = engine.train(params, *pairs, gen)
+        with engine.tally() as inner:
+            second = engine.local_models(params, *pairs, gen)
+    assert first.rejected.tolist() == second.rejected.tolist() == [1] and first.uploads == 3
+    assert inner.rejected_by_device.tolist() == [0, 1, 0] and inner.uploads == 3
+    assert outer.rejected_by_device.tolist() == [0, 2, 0] and outer.uploads == 6
+    assert outer.rejected_devices() == [1, 1]

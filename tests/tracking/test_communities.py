@@ -9,7 +9,8 @@ import torch
 
 from clusterfed.config import parse_params
 from clusterfed.engine.autoencoder import reconstruction_errors
-from clusterfed.pipeline_unsupervised import build_clients, run_unsupervised
+from clusterfed.layout import RunLayout
+from clusterfed.stages.unsupervised import build_clients, run_unsupervised
 from clusterfed.tracking import LookupFailed, PipelineTracker, get_client
 from clusterfed.tracking.communities import load_community_model, lookup_local_cluster
 
@@ -25,17 +26,17 @@ TINY = {
 def tracked(tmp_path_factory):
     params = parse_params(TINY)
     root = tmp_path_factory.mktemp("unsupervised")
-    run_unsupervised(params.unsupervised, params.seeds, None, root / "data")
+    run_unsupervised(params.unsupervised, params.seeds, None, RunLayout(root).unsupervised)
     store = tmp_path_factory.mktemp("store")
     tracker = PipelineTracker.start(params, root=store)
-    served = tracker.log_unsupervised(params, root / "data")
+    served = tracker.log_unsupervised(params, RunLayout(root))
     tracker.finish()
     return params, root, store, tracker, served
 
 
 def test_one_registered_model_per_community(tracked):
     params, root, store, tracker, served = tracked
-    table = json.loads((root / "data/fedcref/seed_10/communities.json").read_text())
+    table = json.loads((root / "data/unsupervised/fedcref/seed_10/communities.json").read_text())
     assert table["communities"], "the clean digits run forms communities"
     assert sorted(m.cluster for m in served) == [c["id"] for c in table["communities"]]
     assert all(m.stage == "unsupervised" and m.algorithm == "fedcref" and "serving" in m.aliases for m in served)
@@ -46,7 +47,7 @@ def test_one_registered_model_per_community(tracked):
 def test_lookup_of_the_community_serving_a_local_cluster(tracked):
     params, root, store, tracker, served = tracked
     client = get_client(store)
-    table = json.loads((root / "data/fedcref/seed_10/communities.json").read_text())
+    table = json.loads((root / "data/unsupervised/fedcref/seed_10/communities.json").read_text())
     for key, community in table["community_of_local_cluster"].items():
         i, q = map(int, key.split(":"))
         if community is None:
@@ -59,7 +60,7 @@ def test_lookup_of_the_community_serving_a_local_cluster(tracked):
 def test_a_served_community_model_reconstructs_its_clusters(tracked, tmp_path):
     params, root, store, tracker, served = tracked
     client = get_client(store)
-    table = json.loads((root / "data/fedcref/seed_10/communities.json").read_text())
+    table = json.loads((root / "data/unsupervised/fedcref/seed_10/communities.json").read_text())
     community = table["communities"][0]
     i, q = community["local_clusters"][0]
     m = lookup_local_cluster(client, i, q, experiment=tracker.experiment)
@@ -68,6 +69,6 @@ def test_a_served_community_model_reconstructs_its_clusters(tracked, tmp_path):
     clients, _ = build_clients(params.unsupervised, None, 10)
     x = torch.as_tensor(clients.x[i])
     errors = reconstruction_errors(params_g, x)[0].numpy()
-    final = json.loads((root / "data/fedcref/seed_10/graph.json").read_text())
+    final = json.loads((root / "data/unsupervised/fedcref/seed_10/graph.json").read_text())
     assert errors.shape == (len(x),) and np.isfinite(errors).all()
     assert final["communities"] == [c["local_clusters"] for c in table["communities"]]

@@ -19,14 +19,15 @@ from safetensors.torch import load_file
 from clusterfed.algorithms import Cluster, Clustering
 from clusterfed.continual.memory import Memory, MemoryEntry
 from clusterfed.continual.state import ContinualState
+from clusterfed.layout import CheckpointFiles, checkpoint_files, saved_checkpoints
 from clusterfed.tensorfile import save_tensors
 
 
 def save_checkpoint(directory: Path, t: int, state: ContinualState, rows: list[dict], fingerprint: str) -> None:
-    final = Path(directory) / f"t_{t:03d}"
-    tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    final = checkpoint_files(directory, t).dir
+    tmp = CheckpointFiles(final.with_name(final.name + ".tmp"))
+    shutil.rmtree(tmp.dir, ignore_errors=True)
+    tmp.dir.mkdir(parents=True)
     tensors = {f"params.{k}": v.detach().cpu().contiguous() for k, v in state.clustering.params.items()}
     entries = []
     for d, mem in enumerate(state.memory.device):
@@ -36,7 +37,7 @@ def save_checkpoint(directory: Path, t: int, state: ContinualState, rows: list[d
             tensors[f"memory.{d}.{i}.y"] = torch.as_tensor(e.y).contiguous()
     for name, params in state.extras.items():
         tensors.update({f"extra.{name}.{k}": v.detach().cpu().contiguous() for k, v in params.items()})
-    save_tensors(tensors, tmp / "state.safetensors")
+    save_tensors(tensors, tmp.tensors)
     meta = {
         "t": t,
         "fingerprint": fingerprint,
@@ -48,32 +49,25 @@ def save_checkpoint(directory: Path, t: int, state: ContinualState, rows: list[d
         "device_values": {k: v.tolist() for k, v in state.device_values.items()},
         "rows": rows,
     }
-    (tmp / "state.json").write_text(json.dumps(meta))
+    tmp.meta.write_text(json.dumps(meta))
     shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-
-
-def checkpoint_dirs(directory: Path) -> list[Path]:
-    """The per-timestep checkpoint folders under ``directory``, oldest first."""
-    directory = Path(directory)
-    return sorted(directory.glob("t_[0-9][0-9][0-9]")) if directory.is_dir() else []
+    tmp.dir.rename(final)
 
 
 def latest_checkpoint(directory: Path, fingerprint: str) -> tuple[int, ContinualState, list[dict]] | None:
     """The newest complete checkpoint written with the same ``fingerprint``, if any."""
-    for path in reversed(checkpoint_dirs(directory)):
-        meta_path = path / "state.json"
-        if not meta_path.is_file():
+    for files in reversed(saved_checkpoints(directory)):
+        if not files.meta.is_file():
             continue
-        meta = json.loads(meta_path.read_text())
+        meta = json.loads(files.meta.read_text())
         if meta["fingerprint"] != fingerprint:
             return None
-        return meta["t"], _load_state(path, meta), meta["rows"]
+        return meta["t"], _load_state(files, meta), meta["rows"]
     return None
 
 
-def _load_state(path: Path, meta: dict) -> ContinualState:
-    tensors = load_file(str(path / "state.safetensors"))
+def _load_state(files: CheckpointFiles, meta: dict) -> ContinualState:
+    tensors = load_file(str(files.tensors))
     params = {k[len("params.") :]: v for k, v in tensors.items() if k.startswith("params.")}
     clusters = tuple(Cluster(c["id"], frozenset(c["devices"]), frozenset(c["sup"])) for c in meta["clusters"])
     device = [

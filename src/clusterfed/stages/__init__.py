@@ -1,4 +1,4 @@
-"""The pipeline's stages: partition -> coldstart, continual -> evaluate.
+"""The pipeline's stages: partition -> coldstart, continual, unsupervised -> evaluate.
 
 Each stage reads its inputs and writes exactly its declared outputs, at the paths a
 :class:`~clusterfed.layout.RunLayout` names; everything else (federations, methods,
@@ -12,5 +12,6 @@ from clusterfed.stages.coldstart import coldstart
 from clusterfed.stages.continual import continual
 from clusterfed.stages.evaluate import evaluate
 from clusterfed.stages.partition import partition
+from clusterfed.stages.unsupervised import unsupervised
 
-__all__ = ["coldstart", "continual", "evaluate", "partition"]
+__all__ = ["coldstart", "continual", "evaluate", "partition", "unsupervised"]

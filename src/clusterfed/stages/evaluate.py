@@ -10,7 +10,7 @@ import numpy as np
 from clusterfed.config import Params
 from clusterfed.evaluation import clustering_scores, mean_stderr, summarize_runs, traffic_scores
 from clusterfed.evaluation.plots import plot_assignments, plot_curves, plot_support_graph
-from clusterfed.layout import RunLayout
+from clusterfed.layout import PlotFiles, RunLayout
 from clusterfed.stages.files import atomic_dir, read_json, write_json
 
 CONTINUAL_PLOT_HEADER = ["algorithm", "timestep", "accuracy", "n_clusters"]
@@ -48,7 +48,8 @@ def evaluate(params: Params, layout: RunLayout) -> dict:
         ).tolist()
 
     with atomic_dir(layout.plots) as tmp:
-        with open(tmp / "accuracy.csv", "w", newline="") as f:  # long format: one plot, no per-method block
+        plots = layout.plot_files(under=tmp)
+        with open(plots.accuracy_csv, "w", newline="") as f:  # long format: one plot, no per-method block
             writer = csv.writer(f)
             writer.writerow(["algorithm", "round", "accuracy", "mb_sent"])
             for name, acc in curves.items():
@@ -57,7 +58,7 @@ def evaluate(params: Params, layout: RunLayout) -> dict:
                 )
         plot_curves(
             curves,
-            tmp / "accuracy.png",
+            plots.accuracy_png,
             xlabel="communication round",
             ylabel="mean device test accuracy",
             title=f"{params.data.dataset} {params.scenario.name}, mean over seeds {params.seeds}",
@@ -66,41 +67,42 @@ def evaluate(params: Params, layout: RunLayout) -> dict:
         )
         plot_curves(
             curves,
-            tmp / "accuracy_vs_traffic.png",
+            plots.accuracy_vs_traffic_png,
             xlabel="megabytes sent between server and devices (cumulative)",
             ylabel="mean device test accuracy",
             title=f"{params.data.dataset} {params.scenario.name}: accuracy per megabyte",
             ylim=(0, 1),
             x=sent,
         )
-        _support_plots(params, layout, tmp / "support")
+        _support_plots(params, layout, plots)
         report = {"coldstart": metrics}
-        (tmp / "continual").mkdir()
+        plots.continual.mkdir()
         if params.continual.enabled:
-            report["continual"] = _evaluate_continual(params, layout, tmp)
+            report["continual"] = _evaluate_continual(params, layout, plots)
         else:  # the declared plot's file, without rows: `dvc plots show` draws an empty chart
-            with open(tmp / "continual" / "accuracy.csv", "w", newline="") as f:
+            with open(plots.continual_accuracy_csv, "w", newline="") as f:
                 csv.writer(f).writerow(CONTINUAL_PLOT_HEADER)
-        from clusterfed.pipeline_unsupervised import ITERATIONS_HEADER, plot_unsupervised
+        from clusterfed.stages.unsupervised import ITERATIONS_HEADER, plot_unsupervised
 
-        (tmp / "unsupervised").mkdir()
+        plots.unsupervised.mkdir()
         # FedCRef runs as its own stage: evaluated when enabled and that stage has run
         # (``dvc repro`` and the flows always run it first; a cold-start-only call does not).
-        if params.unsupervised.enabled and (layout.unsupervised / "metrics.json").is_file():
-            report["unsupervised"] = read_json(layout.unsupervised / "metrics.json")
-            plot_unsupervised(params.unsupervised, params.seeds, layout.unsupervised, tmp / "unsupervised")
+        fedcref = layout.unsupervised_outputs()
+        if params.unsupervised.enabled and fedcref.metrics.is_file():
+            report["unsupervised"] = read_json(fedcref.metrics)
+            plot_unsupervised(params.unsupervised, params.seeds, fedcref, plots)
         else:  # as for continual: the declared plot's file, without rows
-            with open(tmp / "unsupervised" / "iterations.csv", "w", newline="") as f:
+            with open(plots.iterations_csv, "w", newline="") as f:
                 csv.writer(f).writerow(ITERATIONS_HEADER)
     write_json(layout.metrics, report)
     return report
 
 
-def _support_plots(params: Params, layout: RunLayout, out: Path) -> None:
+def _support_plots(params: Params, layout: RunLayout, plots: PlotFiles) -> None:
     """For every algorithm whose clusters had supporters in some round: the final
     support graph per seed (``<algorithm>.png``) and the support / one-way edges per
     round, mean over seeds (``edges.csv``, one row per algorithm and round)."""
-    out.mkdir()
+    plots.support.mkdir()
     table = [["algorithm", "round", "support_edges", "one_way_edges"]]
     for name in params.coldstart.algorithms:
         runs = {seed: layout.coldstart_run(name, seed) for seed in params.seeds}
@@ -109,7 +111,7 @@ def _support_plots(params: Params, layout: RunLayout, out: Path) -> None:
             continue
         panels = {f"seed {s}": read_json(f.clustering) for s, f in runs.items()}
         plot_support_graph(
-            panels, out / f"{name}.png",
+            panels, plots.support_png(name),
             title=f"{name}: final support graph, {params.data.dataset} {params.scenario.name} "
             f"({params.scenario.construction} construction)",
         )
@@ -118,11 +120,11 @@ def _support_plots(params: Params, layout: RunLayout, out: Path) -> None:
             rows = [h[r] for h in histories.values()]
             table.append([name, r + 1, *(round(float(np.mean([x.get(k, 0) for x in rows])), 3)
                                          for k in ("support_edges", "one_way_edges"))])
-    with open(out / "edges.csv", "w", newline="") as f:  # header only when no algorithm had supporters
+    with open(plots.support_edges_csv, "w", newline="") as f:  # header only when no algorithm had supporters
         csv.writer(f).writerows(table)
 
 
-def _evaluate_continual(params: Params, layout: RunLayout, plots: Path) -> dict:
+def _evaluate_continual(params: Params, layout: RunLayout, plots: PlotFiles) -> dict:
     """Mean accuracy on the current concept per timestep and over t = 1..T (the
     thesis tables' figure), clusters per timestep, concept-reuse rate; plots."""
     out: dict[str, dict] = {}
@@ -149,18 +151,18 @@ def _evaluate_continual(params: Params, layout: RunLayout, plots: Path) -> dict:
         plot_assignments(
             np.array([r["cluster_of_device"] for r in first]).T,
             np.array([r["concept_of_device"] for r in first]).T,
-            plots / "continual" / f"clusters_{name}.png",
+            plots.continual_assignments_png(name),
             title=f"{name}: cluster of each device over time (seed {params.seeds[0]})",
         )
-    with open(plots / "continual" / "accuracy.csv", "w", newline="") as f:
+    with open(plots.continual_accuracy_csv, "w", newline="") as f:
         csv.writer(f).writerows(table)
     title = f"{params.data.dataset} {params.scenario.name} {params.continual.setting}"
     plot_curves(
-        accuracy_curves, plots / "continual" / "accuracy.png", xlabel="timestep",
+        accuracy_curves, plots.continual_accuracy_png, xlabel="timestep",
         ylabel="mean accuracy on current concept", title=title, ylim=(0, 1),
     )
     plot_curves(
-        cluster_curves, plots / "continual" / "clusters.png", xlabel="timestep",
+        cluster_curves, plots.continual_clusters_png, xlabel="timestep",
         ylabel="clusters serving devices", title=title, integer_y=True,
     )
     return out

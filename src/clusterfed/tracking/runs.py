@@ -39,8 +39,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from safetensors.torch import load_file
 
 from clusterfed.config import Params
-from clusterfed.continual.checkpoint import checkpoint_dirs
-from clusterfed.layout import RunLayout
+from clusterfed.layout import RunLayout, saved_checkpoints
 from clusterfed.evaluation import clustering_scores
 from clusterfed.tracking import registry
 from clusterfed.tracking.model_files import ModelSpec, cluster_state_dict, save_cluster_model
@@ -145,8 +144,8 @@ class PipelineTracker:
                     if file.is_file():
                         client.log_artifact(run_id, str(file))
                 raw = Path(tempfile.mkdtemp())
-                for checkpoint in checkpoint_dirs(files.checkpoints):
-                    state = json.loads((checkpoint / "state.json").read_text())
+                for checkpoint in saved_checkpoints(files.checkpoints):
+                    state = json.loads(checkpoint.meta.read_text())
                     t, row = state["t"], state["rows"][-1]
                     device_accuracy = np.asarray(row["device_accuracy"])
                     metrics = [("accuracy", row["accuracy"], t), ("n_clusters", row["n_clusters"], t),
@@ -157,7 +156,7 @@ class PipelineTracker:
                         ).items()
                     ]
                     _log_metrics(client, run_id, metrics)
-                    tensors = load_file(str(checkpoint / "state.safetensors"))
+                    tensors = load_file(str(checkpoint.tensors))
                     stacked = {k.removeprefix("params."): v for k, v in tensors.items() if k.startswith("params.")}
                     clusters = [
                         {"id": c["id"], "model_index": i, "devices": c["devices"], "supportive_clusters": c["sup"]}
@@ -254,9 +253,7 @@ class PipelineTracker:
                 extra_tags={"pipeline_run_id": self.run_id},
             )
 
-    def log_unsupervised(
-        self, params: Params, unsupervised_dir: str | Path, *, register: bool = True
-    ) -> list[registry.ServedModel]:
+    def log_unsupervised(self, params: Params, layout: RunLayout, *, register: bool = True) -> list[registry.ServedModel]:
         """Nested run per FedCRef method and seed: the per-iteration scores as metrics
         (step = iteration) and every community autoencoder AE_Gp, registered under stage
         ``unsupervised`` with the local clusters it serves (``tracking.communities``)."""
@@ -269,17 +266,17 @@ class PipelineTracker:
         served = []
         for method in section.methods:
             for seed in params.seeds:
-                run_dir = Path(unsupervised_dir) / method / f"seed_{seed}"
+                files = layout.unsupervised_outputs().run(method, seed)
                 run_id = self._child(f"{STAGE}/{method}/seed_{seed}", stage)
                 _log_params(client, run_id, {"algorithm": method, "seed": seed})
-                rows = json.loads((run_dir / "history.json").read_text())
-                summary = json.loads((run_dir / "summary.json").read_text())
+                rows = json.loads(files.history.read_text())
+                summary = json.loads(files.summary.read_text())
                 _log_metrics(client, run_id, [(k, v, r["iteration"]) for r in rows for k, v in r.items() if k != "iteration"])
                 _log_metrics(client, run_id, [(f"final_{k}", v, 0) for k, v in summary.items() if _is_number(v)])
-                for file in ("history.json", "summary.json", "communities.json", "graph.json"):
-                    client.log_artifact(run_id, str(run_dir / file))
-                communities = json.loads((run_dir / "communities.json").read_text())["communities"]
-                stacked = load_file(str(run_dir / "community_models.safetensors"))
+                for file in (files.history, files.summary, files.communities, files.graph):
+                    client.log_artifact(run_id, str(file))
+                communities = json.loads(files.communities.read_text())["communities"]
+                stacked = load_file(str(files.models))
                 input_dim = int(stacked["w0"].shape[1]) if communities else 0
                 with tempfile.TemporaryDirectory() as tmp:
                     for c in communities:
@@ -345,7 +342,7 @@ def track_outputs(
         if params.continual.enabled and layout.continual.is_dir():
             tracker.log_continual(params, layout)
         if params.unsupervised.enabled and layout.unsupervised.is_dir():
-            tracker.log_unsupervised(params, layout.unsupervised)
+            tracker.log_unsupervised(params, layout)
         tracker.log_evaluate(layout)
     except BaseException:
         tracker.finish("FAILED")

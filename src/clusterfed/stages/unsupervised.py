@@ -1,8 +1,9 @@
-"""The pipeline's `unsupervised` stage: FedCRef and its baselines (fedcref §5).
+"""Stage ``unsupervised``: FedCRef and its baselines (fedcref §5).
 
 A different problem from the other stages: clients hold unlabelled samples of several
 categories, so it builds its own clients (``scenarios.unsupervised``) rather than
-reading the partitions. For every method and seed it writes, under ``out_dir``::
+reading the partitions. For every method and seed it writes (``UnsupervisedOutputs``
+names the files)::
 
     <method>/seed_<s>/history.json        per-iteration scores (Fig. 4), iteration 0 = start
     <method>/seed_<s>/summary.json        Tables 1/3/4 line of the run
@@ -28,10 +29,13 @@ from safetensors.torch import save_file
 from clusterfed.algorithms.fedcref import FedCRefParams, fedcref, no_association
 from clusterfed.algorithms.fedcref.baselines import perfect_association
 from clusterfed.algorithms.fedcref.dec import local_dec
+from clusterfed.config import Params
 from clusterfed.data import load_dataset
 from clusterfed.evaluation.fedcref_plots import plot_association_graph, plot_iterations
 from clusterfed.evaluation.fedcref_scores import cluster_category, mean_ci95, score_history, summarize_run
+from clusterfed.layout import PlotFiles, RunLayout, UnsupervisedOutputs
 from clusterfed.scenarios.unsupervised import CategoryTruth, UnlabelledClients, make_clients
+from clusterfed.stages.files import atomic_dir
 
 METHODS = ("fedcref", "perfect", "local")
 CURVE_KEYS = ("communities", "isolated", "wrong_associations", "accuracy", "active_clients")
@@ -65,15 +69,19 @@ def build_clients(section, root: str | None, seed: int) -> tuple[UnlabelledClien
     return clients, truth
 
 
+def unsupervised(params: Params, layout: RunLayout) -> dict:
+    """The stage: :func:`run_unsupervised` on ``params.unsupervised`` into the layout's folder."""
+    return run_unsupervised(params.unsupervised, params.seeds, params.data.root, layout.unsupervised)
+
+
 def run_unsupervised(section, seeds: list[int], root: str | None, out_dir: Path) -> dict:
     """Run every method of ``section.methods`` on every seed; write the results, the
     mean curves and the metrics under ``out_dir``; return the metrics."""
-    from clusterfed.stages.files import atomic_dir  # one home for atomic outputs
-
     params = fedcref_params(section)
     methods: dict[str, dict] = {}
     curves: dict[str, list[dict]] = {}
     with atomic_dir(Path(out_dir)) as tmp:
+        out = UnsupervisedOutputs(tmp)
         for method in section.methods:
             summaries, histories = [], []
             for seed in seeds:
@@ -82,47 +90,46 @@ def run_unsupervised(section, seeds: list[int], root: str | None, out_dir: Path)
                 result = fedcref(clients, params, seed=seed, associate=associate)
                 rows = score_history(result.history, list(clients.initial), truth)
                 summary = summarize_run(rows, truth)
-                run_dir = tmp / method / f"seed_{seed}"
-                run_dir.mkdir(parents=True)
-                _write_json(run_dir / "history.json", rows)
-                _write_json(run_dir / "summary.json", summary)
-                _write_json(run_dir / "communities.json", _communities(result, clients))
-                _write_json(run_dir / "graph.json", _graph(result, clients, truth))
+                files = out.run(method, seed)
+                files.dir.mkdir(parents=True)
+                _write_json(files.history, rows)
+                _write_json(files.summary, summary)
+                _write_json(files.communities, _communities(result, clients))
+                _write_json(files.graph, _graph(result, clients, truth))
                 save_file({k: v.contiguous() for k, v in result.community_params.items()},
-                          str(run_dir / "community_models.safetensors"),
+                          str(files.models),
                           metadata={"architecture": "autoencoder", "input_dim": str(result.d)})
                 summaries.append(summary)
                 histories.append(rows)
             methods[method] = _over_seeds(summaries)
             curves[method] = _mean_curve(histories)
         metrics = {"global_k": int(truth.n_categories), "dataset": section.dataset, "methods": methods}
-        _write_json(tmp / "metrics.json", metrics)
-        _write_json(tmp / "curves.json", curves)
+        _write_json(out.metrics, metrics)
+        _write_json(out.curves, curves)
     return metrics
 
 
-def plot_unsupervised(section, seeds: list[int], unsupervised_dir: Path, plots_dir: Path) -> None:
+def plot_unsupervised(section, seeds: list[int], outputs: UnsupervisedOutputs, plots: PlotFiles) -> None:
     """``iterations.csv`` (mean curves, one row per method and iteration), ``iterations.png`` (Fig. 4) and
-    ``association_graph.png`` (first method, first seed) into ``plots_dir``."""
-    unsupervised_dir, plots_dir = Path(unsupervised_dir), Path(plots_dir)
-    plots_dir.mkdir(parents=True, exist_ok=True)
-    curves = json.loads((unsupervised_dir / "curves.json").read_text())
-    metrics = json.loads((unsupervised_dir / "metrics.json").read_text())
-    with open(plots_dir / "iterations.csv", "w", newline="") as f:  # long format, as the other plots
+    ``association_graph.png`` (first method, first seed) into ``plots.unsupervised``."""
+    plots.unsupervised.mkdir(parents=True, exist_ok=True)
+    curves = json.loads(outputs.curves.read_text())
+    metrics = json.loads(outputs.metrics.read_text())
+    with open(plots.iterations_csv, "w", newline="") as f:  # long format, as the other plots
         writer = csv.DictWriter(f, fieldnames=ITERATIONS_HEADER)
         writer.writeheader()
         writer.writerows({"algorithm": method, **row} for method, rows in curves.items() for row in rows)
     where = f"{section.dataset}, N = {section.n_clients}, S = {section.samples_per_category}, dirtiness {section.dirtiness}"
-    plot_iterations(curves, plots_dir / "iterations.png", title=f"FedCRef over iterations ({where}; seeds {seeds})",
+    plot_iterations(curves, plots.iterations_png, title=f"FedCRef over iterations ({where}; seeds {seeds})",
                     global_k=metrics["global_k"])
     method, seed = section.methods[0], seeds[0]
-    graph = json.loads((unsupervised_dir / method / f"seed_{seed}" / "graph.json").read_text())
+    graph = json.loads(outputs.run(method, seed).graph.read_text())
     plot_association_graph(
         [tuple(n["cluster"]) for n in graph["nodes"]],
         {tuple(n["cluster"]): n["category"] for n in graph["nodes"]},
         [[tuple(m) for m in g] for g in graph["communities"]],
         [[tuple(a), tuple(b)] for a, b in graph["links"]],
-        plots_dir / "association_graph.png",
+        plots.association_graph_png,
         title=f"{method}, seed {seed}: final association graph, colour = true category",
     )
 

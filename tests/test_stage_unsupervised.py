@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from clusterfed.config import ParamsError, parse_params
-from clusterfed.pipeline_unsupervised import build_clients, plot_unsupervised, run_unsupervised
+from clusterfed.layout import PlotFiles, UnsupervisedOutputs
+from clusterfed.stages.unsupervised import build_clients, plot_unsupervised, run_unsupervised
 
 SMALL = {"seeds": [10, 55], "continual": {"enabled": False},
          "unsupervised": {"n_clients": 5, "samples_per_category": 30, "methods": ["fedcref", "local"],
@@ -18,7 +19,7 @@ def stage(tmp_path_factory):
     params = parse_params(SMALL)
     root = tmp_path_factory.mktemp("unsupervised")
     metrics = run_unsupervised(params.unsupervised, params.seeds, None, root / "data")
-    plot_unsupervised(params.unsupervised, params.seeds, root / "data", root / "plots")
+    plot_unsupervised(params.unsupervised, params.seeds, UnsupervisedOutputs(root / "data"), PlotFiles(root / "plots"))
     return params, root, metrics
 
 
@@ -44,8 +45,8 @@ def test_metrics_are_means_over_seeds(stage):
 
 def test_plots_fig4_and_the_association_graph(stage):
     params, root, _ = stage
-    assert {p.name for p in (root / "plots").iterdir()} == {"iterations.csv", "iterations.png", "association_graph.png"}
-    lines = (root / "plots" / "iterations.csv").read_text().splitlines()
+    assert {p.name for p in (root / "plots/unsupervised").iterdir()} == {"iterations.csv", "iterations.png", "association_graph.png"}
+    lines = (root / "plots/unsupervised/iterations.csv").read_text().splitlines()
     header = lines[0].split(",")
     assert {"algorithm", "iteration", "communities", "isolated", "wrong_associations", "accuracy",
             "active_clients"} <= set(header)
