@@ -1,7 +1,8 @@
 """The README's "Add a method" section is the whole change, and it works: its module,
-its test and its registration line are taken from the README and run (in a fresh
-interpreter, so the toy method never enters this session's registry)."""
+its test and its registration line are taken from the README and applied to a copy
+of the package (so the toy method never enters this checkout's registry)."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -24,27 +25,33 @@ def _block(section: str, first_line: str) -> str:
 
 
 def test_the_readme_toy_method_registers_validates_and_passes_its_test(tmp_path):
+    """Apply the README's change to a copy of the package (module file, one line in
+    ``algorithms/__init__.py``) and run the README's test against that copy."""
     section = _section()
     module = _block(section, "# src/clusterfed/algorithms/random_groups.py")
     test = _block(section, "# tests/algorithms/test_random_groups.py")
     registration = _block(section, "from clusterfed.algorithms.random_groups import RandomGroups")
     assert registration.strip() == "from clusterfed.algorithms.random_groups import RandomGroups"
-    (tmp_path / "random_groups.py").write_text(module)
-    (tmp_path / "test_random_groups.py").write_text(test)
-    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
-    script = f"""
-import importlib.util, sys
-import pytest
-import clusterfed.algorithms as algorithms
-spec = importlib.util.spec_from_file_location("clusterfed.algorithms.random_groups", {str(tmp_path / "random_groups.py")!r})
-module = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = module
-spec.loader.exec_module(module)
-exec({registration!r}, vars(algorithms))  # the one registration line, in algorithms/__init__.py's namespace
-from clusterfed import registry
-assert registry.get("coldstart", "random_groups") is algorithms.RandomGroups
-sys.exit(pytest.main([{str(tmp_path)!r}, "-q", "-p", "no:cacheprovider", "--rootdir", {str(tmp_path)!r}]))
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    package = tmp_path / "src" / "clusterfed"
+    shutil.copytree(REPO / "src" / "clusterfed", package, ignore=shutil.ignore_patterns("__pycache__"))
+    (package / "algorithms" / "random_groups.py").write_text(module)
+    init = package / "algorithms" / "__init__.py"
+    init.write_text(init.read_text() + registration)
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_random_groups.py").write_text(test)
+    shutil.copy(REPO / "tests" / "conftest.py", tests / "conftest.py")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "src")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", str(tests), "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)],
+        capture_output=True, text=True, cwd=tmp_path, env=env,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "2 passed" in done.stdout
+    doc = subprocess.run(
+        [sys.executable, "-c", "import clusterfed, sys; from clusterfed.config import params_table; "
+         "print(clusterfed.__file__); print(params_table())"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, check=True,
+    ).stdout
+    assert doc.startswith(str(package))  # the copy, not this checkout
+    assert "| `coldstart.random_groups.k` | k | int in (0, ∞) | `2` | number of random groups |" in doc

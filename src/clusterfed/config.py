@@ -14,7 +14,6 @@ from pydantic import AfterValidator, Field, ValidationError, create_model, field
 
 from clusterfed import declared, registry
 from clusterfed.data import DATASETS
-from clusterfed.engine.robust import CLIP_NORM, MAX_REJECTED_SHARE, OUTLIER_FACTOR
 from clusterfed.hyperparams import Param, Section, markdown_table, section_model
 from clusterfed.scenarios import NoiseParams, ScarcityParams
 
@@ -22,6 +21,10 @@ from clusterfed.scenarios import NoiseParams, ScarcityParams
 ROUNDS: Param = declared.value("clusterfed.algorithms.protocol", "ROUNDS")
 PARTICIPATION: Param = declared.value("clusterfed.algorithms.protocol", "PARTICIPATION")
 CONTINUAL_ROUNDS: Param = declared.value("clusterfed.continual.protocol", "CONTINUAL_ROUNDS")
+# the screening defaults' one home is engine/robust.py (read from its source: no torch here)
+OUTLIER_FACTOR: float | None = declared.value("clusterfed.engine.robust", "OUTLIER_FACTOR")
+CLIP_NORM: float | None = declared.value("clusterfed.engine.robust", "CLIP_NORM")
+MAX_REJECTED_SHARE: float = declared.value("clusterfed.engine.robust", "MAX_REJECTED_SHARE")
 FEDCREF_HYPERPARAMETERS: tuple[Param, ...] = declared.value("clusterfed.algorithms.fedcref.fedcref", "HYPERPARAMETERS")
 
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]

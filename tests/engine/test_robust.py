@@ -142,3 +142,13 @@ def test_tallies_nest_and_see_only_their_own_calls(digits):
     assert inner.rejected_by_device.tolist() == [0, 1, 0] and inner.uploads == 3
     assert outer.rejected_by_device.tolist() == [0, 2, 0] and outer.uploads == 6
     assert outer.rejected_devices() == [1, 1]
+
+
+def test_the_screening_defaults_have_one_home():
+    from clusterfed.config import parse_params
+    from clusterfed.engine.robust import CLIP_NORM, MAX_REJECTED_SHARE, OUTLIER_FACTOR
+
+    training = parse_params({}).training
+    assert (training.outlier_factor, training.clip_norm, training.max_rejected_share) == (10.0, None, 0.5)
+    assert (OUTLIER_FACTOR, CLIP_NORM, MAX_REJECTED_SHARE) == (10.0, None, 0.5)
+    assert (RobustRule().k, RobustRule().clip_norm) == (OUTLIER_FACTOR, CLIP_NORM)
