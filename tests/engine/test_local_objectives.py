@@ -4,6 +4,8 @@ real digits data with devices of different sizes."""
 
 import copy
 
+import numpy as np
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -11,6 +13,7 @@ from torch.nn import functional as F
 from clusterfed.engine import Engine, TrainingConfig
 from clusterfed.engine.local_sgd import PerFedAvgStep, PFedMeStep, QuadraticPenalty, epoch_orders, local_sgd
 from clusterfed.engine.stacked import take
+import clusterfed.models as models_module
 from clusterfed.models import is_regularized
 from clusterfed.scenarios import build_scenario
 
@@ -126,3 +129,42 @@ def test_engine_train_passes_the_objective_through(setup):
     )
     for k in local:
         torch.testing.assert_close(local[k], direct[k])
+
+
+@pytest.mark.parametrize("model_of_pair", [[0, 1, 0, 2, 1, 2], [2, 2, 0, 0, 1, 1], [1, 0, 2, 2, 2, 0]])
+def test_penalty_per_model_equals_the_per_pair_reference(setup, model_of_pair):
+    """StoCFL's shape: models 0, 1 pulled to ω by λ, model 2 (ω) with weight 0; pairs in any
+    order. One row of w and c per model gives the per-pair reference's models, and the
+    same floats as handing the engine one (copied) row per pair."""
+    engine, _, devices = setup
+    models = torch.tensor(model_of_pair)
+    params = engine.init_params(3, torch.Generator().manual_seed(0), distinct=True)
+    ω = engine.init_params(1, torch.Generator().manual_seed(5), distinct=True)
+    weight = {k: torch.cat([torch.full_like(v, 0.3).expand(2, *v.shape[1:]), torch.zeros_like(v)]) for k, v in ω.items()}
+    per_model = QuadraticPenalty(weight=weight, center={k: v.expand(3, *v.shape[1:]) for k, v in ω.items()})
+    start = take(params, models)
+    kwargs = dict(epochs=EPOCHS, lr=LR, l2=L2, batch_size=BATCH)
+    batched = local_sgd(engine.model, start, engine.data.train, devices, generator=torch.Generator().manual_seed(7),
+                        penalty=per_model, model_of_pair=models, **kwargs)
+    per_pair = QuadraticPenalty(weight=take(weight, models), center=take(per_model.center, models))
+    copied = local_sgd(engine.model, start, engine.data.train, devices, generator=torch.Generator().manual_seed(7),
+                       penalty=per_pair, **kwargs)
+    ref = reference(engine.model, start, engine.data.train, devices, penalty=per_pair,
+                    generator=torch.Generator().manual_seed(7))
+    via_engine = engine.local_models(params, np.array(model_of_pair), devices.numpy(),
+                                     torch.Generator().manual_seed(7), penalty=per_model)
+    for k in batched:
+        torch.testing.assert_close(batched[k], ref[k], rtol=1e-4, atol=1e-5)
+        assert torch.equal(batched[k], copied[k])
+        assert torch.equal(batched[k], via_engine[k])
+
+
+def test_mlp_step_in_chunks_equals_one_chunk(setup, monkeypatch):
+    engine, start, devices = setup
+    kwargs = dict(epochs=EPOCHS, lr=LR, l2=L2, batch_size=BATCH, generator=torch.Generator().manual_seed(7))
+    whole = local_sgd(engine.model, start, engine.data.train, devices, **kwargs)
+    monkeypatch.setattr(models_module, "ACTIVATION_BUDGET", 1)  # one model per chunk
+    kwargs["generator"] = torch.Generator().manual_seed(7)
+    chunked = local_sgd(engine.model, start, engine.data.train, devices, **kwargs)
+    for k in whole:
+        torch.testing.assert_close(chunked[k], whole[k], rtol=1e-6, atol=1e-7)

@@ -248,12 +248,8 @@ class Engine:
             l2=cfg.l2,
             batch_size=cfg.batch_size,
             generator=generator,
-            penalty=None
-            if penalty is None
-            else QuadraticPenalty(
-                weight={k: v.index_select(0, model_idx) for k, v in penalty.weight.items()},
-                center={k: v.index_select(0, model_idx) for k, v in penalty.center.items()},
-            ),
+            penalty=penalty,  # one row per model: local_sgd pulls each pair to its model's row
+            model_of_pair=model_idx,
             objective=objective,
         )
         return self._screen(trained, start, device_of_pair)

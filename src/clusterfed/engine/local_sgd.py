@@ -22,6 +22,8 @@ from clusterfed.engine.stacked import StackedParams, stacked_forward
 from clusterfed.engine.tensors import PaddedSplit
 from clusterfed.models import is_regularized
 
+CHUNK_FLOATS = 2**20  # parameters of the pairs trained together (4 MiB: several MNIST MLPs)
+
 
 def epoch_orders(counts: torch.Tensor, max_n: int, generator: torch.Generator) -> torch.Tensor:
     """A random permutation of each pair's samples, ``[P, max_n]``; padding sorts last."""
@@ -102,6 +104,7 @@ def local_sgd(
     batch_size: int,
     generator: torch.Generator,
     penalty: QuadraticPenalty | None = None,
+    model_of_pair: torch.Tensor | None = None,
     objective: LocalObjective | None = None,
 ) -> StackedParams:
     """Train every pair for ``epochs`` local epochs; returns new stacked parameters.
@@ -109,24 +112,65 @@ def local_sgd(
     The loss of a pair is the batch-mean cross-entropy plus ``l2 * Σ‖W‖²`` over its
     kernels (Keras' L2 regulariser, thesis B.3). The architecture's analytic
     ``stacked_sgd_step`` is used when it has one, else ``autograd_sgd_step``.
+    ``penalty`` has one row per *model*: pair p is pulled by row ``model_of_pair[p]``
+    (row p when ``model_of_pair`` is None); see ``_Pull``.
     ``objective`` replaces the plain SGD step by Per-FedAvg's or pFedMe's.
     Inputs are not modified.
+
+    Pairs are independent, so they train in chunks of at most ``CHUNK_FLOATS``
+    parameters, each chunk through all its epochs before the next: a chunk's models
+    stay in cache across steps (with all 100 MNIST MLPs at once, each step streamed
+    40 MB of weights). Pairs are ordered by model, then by decreasing sample count,
+    so a chunk holds devices of similar size and stops when its largest is done.
+    Sample orders are drawn in the caller's pair order, so neither the order nor the
+    chunking changes any pair's trajectory.
     """
-    params = {k: v.detach().clone() for k, v in params.items()}
+    counts_given = data.counts[device_of_pair]
+    orders = []  # every epoch's sample orders, drawn up front in the given pair order
+    for _ in range(epochs):
+        first = epoch_orders(counts_given, data.x.shape[1], generator)
+        second = epoch_orders(counts_given, data.x.shape[1], generator) if isinstance(objective, PerFedAvgStep) else None
+        orders.append((first, second))
+    if model_of_pair is None:
+        model_of_pair = torch.arange(len(device_of_pair), device=device_of_pair.device)
+    model_of_pair = torch.as_tensor(model_of_pair, dtype=torch.long, device=device_of_pair.device)
+    perm = _pair_order(model_of_pair if penalty is not None else None, counts_given)
+    if perm is None:
+        params = {k: v.detach().clone() for k, v in params.items()}
+    else:  # undone on return
+        params = {k: v.detach().index_select(0, perm) for k, v in params.items()}
+        device_of_pair, model_of_pair = device_of_pair[perm], model_of_pair[perm]
+        orders = [(o[perm], None if s is None else s[perm]) for o, s in orders]
     step_fn = getattr(type(model), "stacked_sgd_step", None)
     if step_fn is None:
         def step_fn(p, xb, yb, w, *, lr, l2):
             autograd_sgd_step(model, p, xb, yb, w, lr=lr, l2=l2)
 
+    per_pair = sum(v[0].numel() for v in params.values())
+    size = max(1, CHUNK_FLOATS // per_pair)
+    for start in range(0, len(device_of_pair), size):
+        rows = slice(start, start + size)
+        chunk = {k: v[rows] for k, v in params.items()}  # views: trained in place
+        _train_chunk(
+            step_fn, chunk, data, device_of_pair[rows], [(o[rows], None if s is None else s[rows]) for o, s in orders],
+            pull=None if penalty is None else _Pull(penalty, model_of_pair[rows], chunk),
+            objective=objective, lr=lr, l2=l2, batch_size=batch_size,
+        )
+    if perm is not None:
+        inverse = torch.empty_like(perm)
+        inverse[perm] = torch.arange(len(perm), device=perm.device)
+        params = {k: v.index_select(0, inverse) for k, v in params.items()}
+    return params
+
+
+def _train_chunk(step_fn, params, data, device_of_pair, orders, *, pull, objective, lr, l2, batch_size) -> None:
+    """The epochs of ``local_sgd`` for one chunk of pairs, in place on ``params``."""
     counts = data.counts[device_of_pair]
-    max_n = data.x.shape[1]
     n_steps = math.ceil(int(counts.max()) / batch_size)
-    pad = n_steps * batch_size - max_n
+    pad = n_steps * batch_size - data.x.shape[1]
     positions = torch.arange(batch_size, device=counts.device)
     rows = device_of_pair[:, None]
-    for _ in range(epochs):
-        order = epoch_orders(counts, max_n, generator)
-        second = epoch_orders(counts, max_n, generator) if isinstance(objective, PerFedAvgStep) else None
+    for order, second in orders:
         if pad > 0:
             order = F.pad(order, (0, pad))
             second = None if second is None else F.pad(second, (0, pad))
@@ -136,11 +180,8 @@ def local_sgd(
             valid = ((step * batch_size + positions)[None, :] < counts[:, None]).to(torch.float32)
             weight = valid / valid.sum(1, keepdim=True).clamp(min=1)  # batch mean
             active = valid.any(1).to(torch.float32)
-            if penalty is not None:  # gradient at the pre-step θ, applied after the step
-                pulls = {
-                    k: penalty.weight[k] * (params[k] - penalty.center[k]) * _rows(active, v)
-                    for k, v in params.items()
-                }
+            if pull is not None:  # gradient at the pre-step θ, applied after the step
+                pull.gradient(params, active)
             xb, yb = data.x[rows, idx], data.y[rows, idx]
             if objective is None:
                 step_fn(params, xb, yb, weight, lr=lr, l2=l2)
@@ -154,10 +195,75 @@ def local_sgd(
                     params[k].add_(inner[k] - before[k])
             else:
                 _pfedme_step(step_fn, params, xb, yb, weight, active, objective, lr=lr, l2=l2)
-            if penalty is not None:
-                for k, pull in pulls.items():
-                    params[k].sub_(pull, alpha=lr)
-    return params
+            if pull is not None:
+                pull.apply(params, lr)
+
+
+def _pair_order(model_of_pair: torch.Tensor | None, counts: torch.Tensor) -> torch.Tensor | None:
+    """Pairs by model (when a penalty groups them), then by decreasing sample count;
+    None when they already are in that order."""
+    key = (-counts).tolist() if model_of_pair is None else list(zip(model_of_pair.tolist(), (-counts).tolist()))
+    perm = sorted(range(len(key)), key=key.__getitem__)  # stable
+    if perm == list(range(len(key))):
+        return None
+    return torch.as_tensor(perm, dtype=torch.long, device=counts.device)
+
+
+class _Pull:
+    """The penalty's gradient w ⊙ (θ_p − c) for every pair p, from the one row of w and
+    c of p's model (FedProx μ, StoCFL λ, EWC λF, FedSoft, Ditto: ``QuadraticPenalty``).
+
+    Pairs of a model lie next to each other (``_pair_order``), so a model's row
+    broadcasts over its block of pairs: no per-pair copy of the centre or weight.
+    Where every model has one pair, each block is one pair and the rows are taken
+    once per call (a selection, not a copy per pair; none at all when the rows are
+    already in pair order). The gradient goes into one pair-sized buffer made once
+    per ``local_sgd`` call and reused every step; models whose weight is zero (StoCFL's
+    ω) are skipped. Same floating-point operations as ``w * (θ − c) * active``.
+    """
+
+    def __init__(self, penalty: QuadraticPenalty, model_of_pair: torch.Tensor, params: StackedParams):
+        models, sizes = torch.unique_consecutive(model_of_pair, return_counts=True)
+        self.blocks: list[tuple[slice, StackedParams, StackedParams]] = []
+        if int(sizes.max()) == 1:  # one pair per model: the rows of the pairs, in pair order
+            self.blocks.append((slice(None), _select(penalty.weight, model_of_pair), _select(penalty.center, model_of_pair)))
+        else:
+            start = 0
+            for m, size in zip(models.tolist(), sizes.tolist()):
+                w = {k: v[m] for k, v in penalty.weight.items()}
+                if any(bool(v.any()) for v in w.values()):
+                    self.blocks.append((slice(start, start + size), w, {k: v[m] for k, v in penalty.center.items()}))
+                start += size
+        self.grad = {k: torch.zeros_like(v) for k, v in params.items()}
+
+    def gradient(self, params: StackedParams, active: torch.Tensor) -> None:
+        """w ⊙ (θ − c) at the current θ into the buffer (zero for inactive pairs)."""
+        everyone = bool(active.all())
+        for rows, w, c in self.blocks:
+            for k, theta in params.items():
+                g = self.grad[k][rows]
+                torch.sub(theta[rows], c[k], out=g)
+                g.mul_(w[k])
+                if not everyone:
+                    g.mul_(_rows(active[rows], g))
+
+    def apply(self, params: StackedParams, lr: float) -> None:
+        for rows, _, _ in self.blocks:
+            for k, theta in params.items():
+                theta[rows].sub_(self.grad[k][rows], alpha=lr)
+
+
+def _select(params: StackedParams, index: torch.Tensor) -> StackedParams:
+    """Rows ``index`` of each tensor; a tensor expanded along rows (stride 0) stays a view."""
+    out = {}
+    for k, v in params.items():
+        if v.stride(0) == 0:
+            out[k] = v[0].expand(len(index), *v.shape[1:])
+        elif len(v) == len(index) and bool((index == torch.arange(len(v), device=index.device)).all()):
+            out[k] = v
+        else:
+            out[k] = v.index_select(0, index)
+    return out
 
 
 def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,8 @@ MODELS: tuple[str, ...] = ("mlp", "cnn")
 # The CNN's default shape: cheap enough for CPU runs (FLACC's MNIST CNN is (32, 64), 5).
 CONV_CHANNELS: tuple[int, int] = (16, 32)
 KERNEL_SIZE: int = 3
+# Floats of one [models, batch, hidden] activation in the MLP's analytic step (128 MiB).
+ACTIVATION_BUDGET: int = 2**25
 
 
 class MLP(nn.Module):
@@ -58,16 +60,27 @@ class MLP(nn.Module):
         accumulated straight into the parameters (``baddbmm_``): the engine's hot loop
         then never materialises an [M, hidden, in] gradient. Equal to the autograd step
         (tests/engine) within float tolerance. Models whose weights are all zero
-        (finished devices) are left untouched.
+        (finished devices) are left untouched. Models go through in chunks whose hidden
+        activations stay under ``ACTIVATION_BUDGET`` floats (full-batch steps of wide
+        MLPs would otherwise hold several [M, B, hidden] tensors at once).
         """
-        w1, b1, w2, b2 = (params[k] for k in ("hidden.weight", "hidden.bias", "output.weight", "output.bias"))
         x = x.flatten(2)
-        z = torch.baddbmm(b1[:, None, :], x, w1.mT)
-        h = z.relu()
+        m, b = x.shape[:2]
+        chunk = max(1, ACTIVATION_BUDGET // (b * params["hidden.weight"].shape[1]))
+        for s in range(0, m, chunk):
+            rows = slice(s, s + chunk)
+            MLP._sgd_step(
+                {k: v[rows] for k, v in params.items()}, x[rows], y[rows], sample_weight[rows], lr=lr, l2=l2
+            )
+
+    @staticmethod
+    def _sgd_step(params: Params, x, y, sample_weight, *, lr: float, l2: float) -> None:
+        w1, b1, w2, b2 = (params[k] for k in ("hidden.weight", "hidden.bias", "output.weight", "output.bias"))
+        h = torch.baddbmm(b1[:, None, :], x, w1.mT).relu_()
         dlogits = torch.baddbmm(b2[:, None, :], h, w2.mT).softmax(-1)
         dlogits.scatter_add_(-1, y[..., None], -torch.ones_like(y[..., None], dtype=x.dtype))
         dlogits.mul_(sample_weight[..., None])
-        dh = torch.bmm(dlogits, w2).mul_(z > 0)
+        dh = torch.bmm(dlogits, w2).mul_(h > 0)  # relu'(z) = [z > 0] = [relu(z) > 0]
         active = sample_weight.sum(1) > 0
         decay = 1.0 - 2.0 * lr * l2
         if bool(active.all()):
