@@ -152,7 +152,7 @@ def test_penalty_per_model_equals_the_per_pair_reference(setup, model_of_pair):
     ref = reference(engine.model, start, engine.data.train, devices, penalty=per_pair,
                     generator=torch.Generator().manual_seed(7))
     via_engine = engine.local_models(params, np.array(model_of_pair), devices.numpy(),
-                                     torch.Generator().manual_seed(7), penalty=per_model)
+                                     torch.Generator().manual_seed(7), penalty=per_model).params
     for k in batched:
         torch.testing.assert_close(batched[k], ref[k], rtol=1e-4, atol=1e-5)
         assert torch.equal(batched[k], copied[k])
