@@ -9,6 +9,9 @@ every cold-start method runs on the clean and on each poisoned engine back to ba
 - ``1e30``: every parameter of every model it uploads is 1e30 (finite);
 - ``flip100``: it uploads θ_start − 100·Δ, its honest update sign-flipped and ×100.
 
+and ``absent`` is the reference a perfect filter reaches: the same federation without
+the device (``Federation.subset``), as if it had never taken part.
+
 Reported: mean test accuracy of the *honest* devices (all but the poisoned one; a
 method cannot protect the poisoned device's own model from its own data), the same
 over all devices, and the updates the engine rejected. The target: honest-device
@@ -18,6 +21,9 @@ pooled data of each ground-truth group, no device uploads) is not attacked.
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/poisoned_device.py \\
         --seeds 10 --out benchmarks/out/poisoned_device.jsonl
     .venv/bin/python benchmarks/poisoned_device.py --summarize --out benchmarks/out/poisoned_device.jsonl
+
+``--set key=value`` overrides params.yaml (dotted keys, YAML values), e.g. MNIST:
+``--set data.dataset=mnist data.root=../shared/datasets coldstart.rounds=30``.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from clusterfed.config import parse_params
 import clusterfed.engine.engine as engine_module
 from clusterfed.engine import Engine
 
-ATTACKS = ("clean", "nan", "1e30", "flip100")
+ATTACKS = ("clean", "absent", "nan", "1e30", "flip100")
 METHODS = ("faacl", "fedclust", "stocfl", "flacc", "fedavg", "ifca", "local")
 
 
@@ -71,11 +77,18 @@ class PoisonedEngine(Engine):
             engine_module.local_sgd = honest
 
 
-def run(seed: int, methods: list[str], epochs: int | None, device: int, out: Path) -> None:
+def run(seed: int, methods: list[str], epochs: int | None, device: int, out: Path, overrides: dict) -> None:
     raw = yaml.safe_load(Path("params.yaml").read_text())  # the embedded defaults: digits, S2
     raw["seeds"], raw["continual"]["enabled"], raw["training"]["device"] = [seed], False, "cpu"
+    raw["unsupervised"] = {"enabled": False}
     if epochs:
         raw["coldstart"]["rounds"] = epochs
+    for key, value in overrides.items():
+        node = raw
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
     params = parse_params(raw)
     fed = build.build_federation(params, seed)
     done = _done(out)
@@ -84,7 +97,9 @@ def run(seed: int, methods: list[str], epochs: int | None, device: int, out: Pat
             if (seed, method, attack, params.coldstart.rounds) in done:
                 continue
             engine = build.build_engine(params, fed)
-            if attack != "clean":
+            if attack == "absent":
+                engine = build.build_engine(params, fed.subset(np.delete(np.arange(fed.n_devices), device)))
+            elif attack != "clean":
                 t = params.training
                 engine = PoisonedEngine(
                     fed, model=params.model.name, hidden=params.model.hidden, training=engine.training,
@@ -96,8 +111,8 @@ def run(seed: int, methods: list[str], epochs: int | None, device: int, out: Pat
                 result = build.build_algorithm(method, params).fit(engine, seed=seed)
                 accuracy = result.device_accuracy
             except Exception as exc:  # a run that refuses to go on is a result too
-                error, accuracy = f"{type(exc).__name__}: {exc}", np.full(fed.n_devices, np.nan)
-            honest = np.delete(accuracy, device)
+                error, accuracy = f"{type(exc).__name__}: {exc}", np.full(engine.n_devices, np.nan)
+            honest = accuracy if attack == "absent" else np.delete(accuracy, device)
             row = {
                 "seed": seed, "method": method, "attack": attack, "epochs": params.coldstart.rounds,
                 "poisoned_device": device, "honest_accuracy": float(np.mean(honest)),
@@ -128,26 +143,32 @@ def summarize(out: Path) -> None:
     by = {}
     for r in rows:
         by.setdefault((r["method"], r["attack"]), []).append(r)
-    methods = [m for m in METHODS if (m, "clean") in by]
-    print("| method | clean | " + " | ".join(f"{a} (Δ, rejected)" for a in ATTACKS[1:]) + " |")
-    print("| --- " * (len(ATTACKS) + 1) + "|")
+    order = list(METHODS) + [m for m in dict.fromkeys(r["method"] for r in rows) if m not in METHODS]
+    methods = [m for m in order if (m, "clean") in by]
+
+    def mean(m: str, a: str) -> float | None:
+        rs = by.get((m, a), [])
+        return None if not rs or any(r["error"] for r in rs) else float(np.mean([r["honest_accuracy"] for r in rs]))
+
+    attacks = ATTACKS[2:]
+    print("| method | clean | absent | " + " | ".join(f"{a} (Δ clean, Δ absent, rejected)" for a in attacks) + " |")
+    print("| --- " * (len(attacks) + 3) + "|")
     for m in methods:
-        clean = np.mean([r["honest_accuracy"] for r in by[(m, "clean")]])
-        cells = [f"{100 * clean:.2f}"]
-        for a in ATTACKS[1:]:
-            rs = by.get((m, a), [])
+        clean, absent = mean(m, "clean"), mean(m, "absent")
+        cells = [f"{100 * clean:.2f}", "-" if absent is None else f"{100 * absent:.2f}"]
+        for a in attacks:
+            rs, acc = by.get((m, a), []), mean(m, a)
             if not rs:
                 cells.append("-")
-                continue
-            if any(r["error"] for r in rs):
-                cells.append("failed: " + rs[0]["error"][:60])
-                continue
-            acc = np.mean([r["honest_accuracy"] for r in rs])
-            rej = sum(r["rejected"] or 0 for r in rs)
-            cells.append(f"{100 * acc:.2f} ({100 * (acc - clean):+.2f}, {rej})")
+            elif acc is None:
+                cells.append("failed: " + next(r["error"] for r in rs if r["error"])[:60])
+            else:
+                rej = sum(r["rejected"] or 0 for r in rs)
+                vs_absent = "" if absent is None else f", {100 * (acc - absent):+.2f}"
+                cells.append(f"{100 * acc:.2f} ({100 * (acc - clean):+.2f}{vs_absent}, {rej})")
         print(f"| {m} | " + " | ".join(cells) + " |")
     seeds = sorted({r["seed"] for r in rows})
-    print(f"\nhonest-device mean test accuracy %, seeds {seeds}; Δ against the clean run")
+    print(f"\nhonest-device mean test accuracy %, seeds {seeds}; Δ against the clean run and the run without the device")
 
 
 def main() -> None:
@@ -157,6 +178,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=None, help="coldstart.rounds (default: params.yaml's)")
     parser.add_argument("--device", type=int, default=0, help="the poisoned device")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/poisoned_device.jsonl"))
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="params.yaml overrides")
     parser.add_argument("--summarize", action="store_true")
     args = parser.parse_args()
     if args.summarize:
@@ -164,7 +186,8 @@ def main() -> None:
         return
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for seed in args.seeds:
-        run(seed, args.methods, args.epochs, args.device, args.out)
+        overrides = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}
+        run(seed, args.methods, args.epochs, args.device, args.out, overrides)
 
 
 if __name__ == "__main__":
