@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -23,23 +22,11 @@ from prefect.client.schemas.objects import TaskRun
 from prefect.context import TaskRunContext
 from prefect.states import State
 
-import clusterfed
 from clusterfed import stages
+from clusterfed.build import code_digest
 from clusterfed.config import Params
 from clusterfed.layout import RunLayout
 from clusterfed.tracking import PipelineTracker
-
-
-@cache
-def code_digest() -> str:
-    """Content hash of the clusterfed package's source: a cached stage result is
-    reused only while the code that made it is unchanged."""
-    root = Path(clusterfed.__file__).parent
-    h = hashlib.sha256()
-    for file in sorted(root.rglob("*.py")):
-        h.update(str(file.relative_to(root)).encode())
-        h.update(file.read_bytes())
-    return h.hexdigest()
 
 
 def retry_on_io_error(task: Task, task_run: TaskRun, state: State) -> bool:

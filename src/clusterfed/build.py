@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from functools import cache
+from pathlib import Path
 
 import numpy as np
 
@@ -132,14 +134,28 @@ def build_schedule(params: Params) -> np.ndarray:
     return make_schedule(c.setting, n_devices, c.timesteps, block=c.block)
 
 
+@cache
+def code_digest() -> str:
+    """Content hash of the clusterfed package's source: what a result computed by this
+    code depends on besides its parameters (checkpoints, the Prefect cache key)."""
+    root = Path(__file__).parent
+    h = hashlib.sha256()
+    for file in sorted(root.rglob("*.py")):
+        h.update(str(file.relative_to(root)).encode())
+        h.update(file.read_bytes())
+    return h.hexdigest()
+
+
 def checkpoint_fingerprint(params: Params, algorithm: str, seed: int) -> str:
-    """What a checkpoint depends on: resuming is refused if any of it changed."""
+    """What a checkpoint depends on: resuming is refused if any of it changed (the
+    parameters that matter, the method, the seed and the code: timesteps computed by
+    other code are never mixed into a run, nor rows of another format)."""
     relevant = params.model_dump(include={"data", "scenario", "model", "training", "continual"})
     relevant["continual"].pop("algorithms")
     if params.model.name == "mlp":  # the MLP ignores the CNN's shape
         for key in ("conv_channels", "kernel_size"):
             relevant["model"].pop(key)
-    blob = json.dumps({"params": relevant, "algorithm": algorithm, "seed": seed}, sort_keys=True)
+    blob = json.dumps({"params": relevant, "algorithm": algorithm, "seed": seed, "code": code_digest()}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -77,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     elif args.command == "continual":
         if params.continual.enabled:
-            stages.continual(params, LAYOUT)
+            try:
+                stages.continual(params, LAYOUT)
+            except TooManyRejected as exc:  # the failing run's results are not written
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
         else:
             LAYOUT.continual.mkdir(parents=True, exist_ok=True)
             print("continual.enabled is false: nothing to run")
@@ -106,11 +110,12 @@ def _print_report(report: dict, params) -> None:
                  ["algorithm", "accuracy %", "clusters", "ARI", "NMI", "MB/round", target, "rejected", "newcomers %"], rows)
     if "continual" in report:
         rows = [
-            [name, _pct(m), f"{m['n_clusters_per_timestep'][-1]:.1f}", _num(m.get("concept_reuse_rate"))]
+            [name, _pct(m), f"{m['n_clusters_per_timestep'][-1]:.1f}", _num(m.get("concept_reuse_rate")),
+             _num(m.get("rejected_updates"), "{:.0f}")]
             for name, m in report["continual"].items()
         ]
         _print_table(f"continual (mean over t = 1..{params.continual.timesteps})",
-                     ["algorithm", "accuracy %", "clusters at T", "reuse"], rows)
+                     ["algorithm", "accuracy %", "clusters at T", "reuse", "rejected"], rows)
     if "unsupervised" in report:
         u = report["unsupervised"]
         rows = [

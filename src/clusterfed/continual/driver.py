@@ -86,7 +86,9 @@ def _row(t: int, state: ContinualState, engine: Engine, schedule: np.ndarray, sc
         "device_accuracy": [round(float(a), 6) for a in accuracy],
         "n_clusters": len(set(cluster_of.tolist())),
         "n_models": len(state.clustering.clusters),
+        "uploads": screened.uploads,
         "rejected_updates": screened.rejected,
+        "rejected_devices": screened.rejected_devices(),
         "cluster_of_device": cluster_of.tolist(),
         "concept_of_device": schedule[:, t].tolist(),
     }

@@ -27,7 +27,7 @@ from clusterfed.engine.stacked import StackedParams
 # The one home of the screening defaults (RobustRule, params.yaml's training section).
 OUTLIER_FACTOR = 10.0  # k
 CLIP_NORM = None  # no clipping
-MAX_REJECTED_SHARE = 0.5  # a cold-start run fails above this share of rejected uploads
+MAX_REJECTED_SHARE = 0.5  # a cold-start or continual run fails above this share of rejected uploads
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,17 @@ def traffic_scores(history: list[dict], target_accuracy: float) -> dict[str, flo
     }
 
 
+def rejection_totals(runs: list[dict]) -> dict[str, int | float | list[int]]:
+    """Uploads rejected over the seeds' runs (each ``uploads``, ``rejected_by_device``):
+    ``rejected_updates``, ``rejected_share`` of the uploads, ``rejected_by_device``."""
+    total = int(sum(sum(r["rejected_by_device"]) for r in runs))
+    return {
+        "rejected_updates": total,
+        "rejected_share": round(total / max(1, sum(r["uploads"] for r in runs)), 6),
+        "rejected_by_device": np.sum([r["rejected_by_device"] for r in runs], axis=0).astype(int).tolist(),
+    }
+
+
 def summarize_runs(runs: list[dict]) -> dict[str, float | int | str | None]:
     """Metrics of one algorithm over seeds, as in the thesis tables.
 
@@ -79,10 +90,7 @@ def summarize_runs(runs: list[dict]) -> dict[str, float | int | str | None]:
             values = [r.get(key) for r in runs]
             out[key] = None if any(v is None for v in values) else float(np.mean(values))
     if any("rejections" in r for r in runs):  # a run's rejections.json: summed over seeds
-        rejected = [r["rejections"] for r in runs if "rejections" in r]
-        out["rejected_updates"] = int(sum(r["rejected"] for r in rejected))
-        out["rejected_share"] = round(out["rejected_updates"] / max(1, sum(r["uploads"] for r in rejected)), 6)
-        out["rejected_by_device"] = np.sum([r["rejected_by_device"] for r in rejected], axis=0).astype(int).tolist()
+        out.update(rejection_totals([r["rejections"] for r in runs if "rejections" in r]))
     if any("rounds_to_target" in r for r in runs):
         out["target_reached"] = f"{sum(r.get('rounds_to_target') is not None for r in runs)}/{len(runs)}"
     out["n_seeds"] = len(runs)

@@ -7,6 +7,7 @@ import numpy as np
 from clusterfed.build import build_continual_algorithm, build_schedule, checkpoint_fingerprint, timestep_engines
 from clusterfed.config import Params
 from clusterfed.continual.driver import concept_reuse_rate, run_continual
+from clusterfed.engine.robust import check_rejections
 from clusterfed.layout import RunLayout
 from clusterfed.stages.files import save_models, write_json
 
@@ -16,8 +17,11 @@ def continual(params: Params, layout: RunLayout, *, progress: bool = True) -> No
     gives them. Each finished timestep is checkpointed (``ContinualFiles.checkpoints``);
     rerunning after an interruption resumes from the last finished timestep (only if
     the parameters are unchanged) and ends with the same result. Results:
-    ``timesteps.json`` (per-timestep metrics, the cluster of every device, rejected
-    uploads), ``final_clustering.json`` and ``models.safetensors``. Wall times go to
+    ``timesteps.json`` (per-timestep metrics, the cluster of every device, uploads
+    screened and rejected, per device too), ``final_clustering.json`` and
+    ``models.safetensors``. A run whose share of rejected uploads passes
+    ``training.max_rejected_share`` raises ``TooManyRejected`` naming the devices,
+    before writing its results (its checkpoints stay; the runs before it are kept). Wall times go to
     ``RunLayout.wall_times`` (outside the tracked outputs, which stay byte-identical
     between identical runs).
     """
@@ -33,11 +37,19 @@ def continual(params: Params, layout: RunLayout, *, progress: bool = True) -> No
                 checkpoint_dir=files.checkpoints, fingerprint=checkpoint_fingerprint(params, name, seed),
                 progress=progress, wall_times=layout.wall_times,
             )
+            by_device = np.bincount(
+                [d for r in rows for d in r["rejected_devices"]], minlength=schedule.shape[0]
+            ).tolist()
+            uploads = sum(r["uploads"] for r in rows)
+            check_rejections(by_device, uploads, params.training.max_rejected_share,
+                             what=f"continual {name} seed {seed}")
             summary = {
                 "accuracy": float(np.mean([r["accuracy"] for r in rows[1:]])),
                 "concept_reuse_rate": concept_reuse_rate(rows, schedule, state.memory.resolve),
                 "n_clusters": [r["n_clusters"] for r in rows],
-                "rejected_updates": sum(r["rejected_updates"] for r in rows),
+                "uploads": uploads,
+                "rejected_updates": sum(by_device),
+                "rejected_by_device": by_device,
             }
             write_json(files.timesteps, {"summary": summary, "rows": rows})
             final = {

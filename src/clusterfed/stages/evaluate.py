@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from clusterfed.config import Params
-from clusterfed.evaluation import clustering_scores, mean_stderr, summarize_runs, traffic_scores
+from clusterfed.evaluation import clustering_scores, mean_stderr, rejection_totals, summarize_runs, traffic_scores
 from clusterfed.evaluation.plots import plot_assignments, plot_curves, plot_support_graph
 from clusterfed.layout import PlotFiles, RunLayout
 from clusterfed.stages.files import atomic_dir, read_json, write_json
@@ -142,7 +142,7 @@ def _evaluate_continual(params: Params, layout: RunLayout, plots: PlotFiles) -> 
             "accuracy_per_timestep": [round(float(a), 6) for a in per_t],
             "n_clusters_per_timestep": [float(k) for k in clusters_t],
             "concept_reuse_rate": None if reuse[0] is None else float(np.mean(reuse)),
-            "rejected_updates": float(np.mean([run["summary"]["rejected_updates"] for run in runs])),
+            **rejection_totals([run["summary"] for run in runs]),  # summed over seeds, as for cold start
             "n_seeds": len(runs),
         }
         accuracy_curves[name], cluster_curves[name] = per_t.tolist(), clusters_t.tolist()

@@ -109,7 +109,9 @@ class PipelineTracker:
                     device_accuracy, None if truth is None else np.asarray(truth), clustering["model_of_device"], 0
                 )
                 if files.rejections.is_file():
-                    metrics.append(("rejected_updates", json.loads(files.rejections.read_text())["rejected"], 0))
+                    rejections = json.loads(files.rejections.read_text())
+                    metrics += [("rejected_updates", rejections["rejected"], 0),
+                                ("rejected_share", rejections["rejected"] / max(1, rejections["uploads"]), 0)]
                 _log_params(client, run_id, {"algorithm": algorithm, "seed": seed})
                 _log_metrics(client, run_id, metrics)
                 for file in (files.clustering, files.history, files.device_accuracy, files.rejections):
@@ -143,13 +145,19 @@ class PipelineTracker:
                 for file in (files.timesteps, files.final_clustering):
                     if file.is_file():
                         client.log_artifact(run_id, str(file))
+                if files.timesteps.is_file():  # the run's totals, as for cold start (per device in the artifact)
+                    summary = json.loads(files.timesteps.read_text())["summary"]
+                    _log_metrics(client, run_id, [
+                        ("rejected_updates", summary["rejected_updates"], 0),
+                        ("rejected_share", summary["rejected_updates"] / max(1, summary["uploads"]), 0),
+                    ])
                 raw = Path(tempfile.mkdtemp())
                 for checkpoint in saved_checkpoints(files.checkpoints):
                     state = json.loads(checkpoint.meta.read_text())
                     t, row = state["t"], state["rows"][-1]
                     device_accuracy = np.asarray(row["device_accuracy"])
                     metrics = [("accuracy", row["accuracy"], t), ("n_clusters", row["n_clusters"], t),
-                               ("rejected_updates", row.get("rejected_updates", 0), t)]
+                               ("rejected", row["rejected_updates"], t)]
                     metrics += [
                         (k, v, t) for k, v in clustering_scores(
                             np.asarray(row["concept_of_device"]), np.asarray(row["cluster_of_device"])
