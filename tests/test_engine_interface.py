@@ -10,7 +10,7 @@ import clusterfed
 from clusterfed import registry
 
 PACKAGE = Path(clusterfed.__file__).parent
-FORBIDDEN_ATTRIBUTES = {"data", "model", "_tallies", "_screen"}  # on an ``engine``
+FORBIDDEN_ATTRIBUTES = {"data", "model", "_tallies"}  # on an ``engine``
 COUNTERS = {"rejected_updates", "rejected", "rejected_by_device", "uploads"}  # never assigned to
 
 

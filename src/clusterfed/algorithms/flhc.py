@@ -109,8 +109,10 @@ class FLHC(ColdStart[FLHCState]):
             return replace(state, clustering=state.clustering.with_params(trained), t=state.t + 1)
         delta, ok = updates(engine, plan.params, plan.models, trained)
         delta = delta.double().cpu().numpy()
-        labels = update_clusters(delta, self.d, self.linkage)
-        labels[~ok] = labels.max() + 1 + np.arange(int((~ok).sum()))  # diverged: alone
+        labels = np.full(engine.n_devices, -1, dtype=np.int64)  # plan: the accepted uploads only
+        labels[plan.devices[ok]] = update_clusters(delta[ok], self.d, self.linkage) if ok.any() else []
+        alone = np.flatnonzero(labels < 0)  # rejected or diverged: a cluster of its own
+        labels[alone] = labels.max() + 1 + np.arange(len(alone))
         labels = relabel(labels)
         theta = plan.params  # every cluster starts from the global model
         clustering = labels_clustering(labels, take(theta, [0] * (int(labels.max()) + 1)))

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+import torch
 from scipy.cluster import hierarchy
 from scipy.spatial.distance import squareform
 
@@ -38,8 +39,11 @@ LINKAGES: tuple[str, ...] = ("single", "average", "complete")
 
 def data_basis(x: np.ndarray, p: int) -> np.ndarray:
     """U_p of §4: the first p left singular vectors of the client's data matrix
-    D = [x_1 … x_N] (features × samples), ``[features, min(p, N)]`` orthonormal."""
+    D = [x_1 … x_N] (features × samples), ``[features, min(p, N)]`` orthonormal. Data
+    with NaN or ±inf has no SVD: such a client sends a NaN basis (the server rejects it)."""
     d = np.asarray(x, dtype=np.float64).reshape(len(x), -1).T
+    if not np.isfinite(d).all():
+        return np.full((d.shape[0], min(p, d.shape[1])), np.nan)
     u, _, _ = np.linalg.svd(d, full_matrices=False)
     return u[:, :p]
 
@@ -54,12 +58,14 @@ def principal_angles(u1: np.ndarray, u2: np.ndarray) -> np.ndarray:
 
 
 def proximity_matrix(bases: list[np.ndarray]) -> np.ndarray:
-    """A_ij = Θ_1(U_i, U_j), the smallest principal angle in degrees (eq. 2), ``[K, K]``."""
+    """A_ij = Θ_1(U_i, U_j), the smallest principal angle in degrees (eq. 2), ``[K, K]``.
+    A rejected (non-finite) basis is 90° from every other, so its client stays alone."""
     k = len(bases)
+    ok = [bool(np.isfinite(b).all()) for b in bases]
     a = np.zeros((k, k))
     for i in range(k):
         for j in range(i + 1, k):
-            a[i, j] = a[j, i] = principal_angles(bases[i], bases[j])[0]
+            a[i, j] = a[j, i] = principal_angles(bases[i], bases[j])[0] if ok[i] and ok[j] else 90.0
     return a
 
 
@@ -75,6 +81,15 @@ def angle_clusters(a: np.ndarray, beta: float, linkage: str = "average") -> np.n
         return np.zeros(1, dtype=np.int64)
     z = hierarchy.linkage(squareform(np.asarray(a, dtype=np.float64), checks=False), method=linkage)
     return relabel(hierarchy.fcluster(z, t=beta, criterion="distance"))
+
+
+def _screened(engine: Engine, bases: list[np.ndarray]) -> list[np.ndarray]:
+    """The clients' bases through the engine's screening (each is an upload): a
+    rejected one comes back NaN. Rows are flattened and zero-padded to one length."""
+    width = max(b.size for b in bases)
+    rows = np.stack([np.pad(b.ravel(), (0, width - b.size)) for b in bases])
+    screened = engine.screen({"basis": torch.as_tensor(rows)}, np.arange(len(bases))).params["basis"].cpu().numpy()
+    return [b if np.isfinite(row).all() else np.full_like(b, np.nan) for b, row in zip(bases, screened)]
 
 
 @dataclass(frozen=True)
@@ -115,7 +130,7 @@ class PACFL(ColdStart[PACFLState]):
 
     def init(self, engine: Engine, ctx: Context) -> PACFLState:
         x = [engine.samples("train", d)[0] for d in range(engine.n_devices)]
-        bases = [data_basis(xd.reshape(len(xd), -1), self.p) for xd in x]
+        bases = _screened(engine, [data_basis(xd.reshape(len(xd), -1), self.p) for xd in x])
         angles = proximity_matrix(bases)
         labels = angle_clusters(angles, self.beta, self.linkage)
         theta = engine.init_params(1, ctx.generator, distinct=False)

@@ -121,6 +121,7 @@ def train_autoencoders(
             n_valid = valid.sum(1)
             active = n_valid > 0
             xb = x[index[rows, slot]]
+            xb = torch.where(valid[..., None] > 0, xb, 0.0)  # padding slots hold sample 0: never let it in
             leaves = {k: p.requires_grad_(True) for k, p in params.items()}
             per_sample = (reconstruct(leaves, xb, linear_code=linear_code) - xb).pow(2).mean(-1)
             loss = ((per_sample * valid).sum(1) / n_valid.clamp(min=1)).sum()

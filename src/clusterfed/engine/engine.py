@@ -252,12 +252,18 @@ class Engine:
             model_of_pair=model_idx,
             objective=objective,
         )
-        return self._screen(trained, start, device_of_pair)
+        return self.screen(trained, device_of_pair, start)
 
-    def _screen(self, uploads: StackedParams, start: StackedParams | None, device_of_pair: np.ndarray) -> Round:
-        """The one rejection point (``robust.screen`` with this engine's rule): rejected
-        rows come back NaN (so no later finite check can take them), accepted ones
-        clipped when the rule says so; reported to every open ``tally``."""
+    def screen(
+        self, uploads: StackedParams, device_of_pair: np.ndarray, start: StackedParams | None = None
+    ) -> Round:
+        """The one rejection point (``robust.screen`` with this engine's rule), row p
+        uploaded by device ``device_of_pair[p]``: rejected rows come back NaN (so no
+        later finite check can take them), accepted ones clipped when the rule says so;
+        reported to every open ``tally``. The engine's calls screen what they return
+        (models, Fisher estimates, gradients); a method screens here what a device
+        computes without the engine (PACFL's data bases). ``start``: the models the
+        rows began from (the rule then judges the update θ_p − start_p)."""
         rejected, uploads = screen(uploads, start, self.screening)
         result = Round(uploads, torch.nonzero(rejected).flatten().cpu().numpy(), np.asarray(device_of_pair))
         for tally in self._tallies:
@@ -285,7 +291,7 @@ class Engine:
         squares = squared_gradients(
             self.model, start, self.data.train, device_idx, batch_size=self.training.batch_size
         )
-        screened = self._screen(squares, None, device_of_pair)
+        screened = self.screen(squares, device_of_pair)
         zeros = {k: torch.zeros_like(v) for k, v in params.items()}
         fisher = self.aggregate(screened.params, model_of_pair, device_of_pair, zeros, rejected=screened.rejected)
         return Round(fisher, screened.rejected, screened.devices)
@@ -320,9 +326,14 @@ class Engine:
 
     def gradients(self, params: StackedParams, devices: np.ndarray | None = None, *, chunk: int = 64) -> np.ndarray:
         """Full-batch gradient of the mean training loss of the one model ``params`` on
-        each device's data, flattened in ``params``' key order, ``[len(devices), d]``."""
+        each device's data, flattened in ``params``' key order, ``[len(devices), d]``;
+        each row is a device's upload, screened (a rejected row is NaN)."""
         devices = np.arange(self.n_devices) if devices is None else np.asarray(devices, dtype=np.int64)
-        return mean_loss_gradients(self.model, params, self.data.train, devices, chunk=chunk)
+        gradients = mean_loss_gradients(self.model, params, self.data.train, devices, chunk=chunk)
+        if len(devices) == 0:
+            return gradients
+        screened = self.screen({"gradient": torch.as_tensor(gradients)}, devices)  # each row is an upload
+        return screened.params["gradient"].numpy()
 
     def losses(self, params: StackedParams, split: str = "val") -> torch.Tensor:
         """Per-sample losses ``[M, n_devices, max_n]`` of every model on every device."""

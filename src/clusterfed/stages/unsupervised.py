@@ -90,6 +90,8 @@ def run_unsupervised(section, seeds: list[int], root: str | None, out_dir: Path)
                 result = fedcref(clients, params, seed=seed, associate=associate)
                 rows = score_history(result.history, list(clients.initial), truth)
                 summary = summarize_run(rows, truth)
+                # community FedAvg uploads the screening rejected (engine/robust.py's rule)
+                summary["rejected_uploads"] = sum(len(h["rejected_clients"]) for h in result.history)
                 files = out.run(method, seed)
                 files.dir.mkdir(parents=True)
                 _write_json(files.history, rows)
@@ -101,7 +103,8 @@ def run_unsupervised(section, seeds: list[int], root: str | None, out_dir: Path)
                           metadata={"architecture": "autoencoder", "input_dim": str(result.d)})
                 summaries.append(summary)
                 histories.append(rows)
-            methods[method] = _over_seeds(summaries)
+            methods[method] = {**_over_seeds(summaries),
+                               "rejected_uploads": int(sum(s["rejected_uploads"] for s in summaries))}
             curves[method] = _mean_curve(histories)
         metrics = {"global_k": int(truth.n_categories), "dataset": section.dataset, "methods": methods}
         _write_json(out.metrics, metrics)

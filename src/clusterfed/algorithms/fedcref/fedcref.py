@@ -35,6 +35,7 @@ from clusterfed.algorithms.fedcref.steps import (
     is_stable,
 )
 from clusterfed.engine.aggregation import weighted_average
+from clusterfed.engine.robust import RobustRule, screen
 from clusterfed.engine.autoencoder import (
     init_autoencoders,
     model_bytes,
@@ -153,8 +154,11 @@ def fedcref(
     *,
     seed: int,
     associate: Associate | None = None,
+    screening: RobustRule = RobustRule(),
 ) -> FedCRefResult:
-    """Run Alg. 1 on ``clients`` from their initial clustering."""
+    """Run Alg. 1 on ``clients`` from their initial clustering. The community FedAvg's
+    uploads go through the screening rule of every aggregate (``engine/robust.py``);
+    each iteration's history lists the clients whose uploads it rejected."""
     associate = reconstruction_association(params) if associate is None else associate
     generator = torch.Generator().manual_seed(seed)
     x_all = torch.as_tensor(np.concatenate(clients.x), dtype=torch.float32)
@@ -195,7 +199,9 @@ def fedcref(
         adjacency = associate(errors, layout)
         communities, isolated = communities_and_isolated(adjacency, np.flatnonzero(layout.nonempty))
         # Lines 21–24: FedAvg inside each community.
-        community_params = _train_communities(communities, layout, x_all, d, params, generator)
+        community_params, rejected_clients = _train_communities(
+            communities, layout, x_all, d, params, generator, screening
+        )
         # Lines 25–31: refinement on active clients and the stability check.
         refined = np.flatnonzero(active)
         g_errors = (
@@ -225,6 +231,7 @@ def fedcref(
                 for a, b in zip(*np.nonzero(np.triu(adjacency, 1)))
             ],
             "refined_clients": int(len(refined)),
+            "rejected_clients": rejected_clients,
             "active_clients": int(active.sum()),
             "bytes": int(bytes_exchanged),
             "groups": [[(int(client_of[c]), int(local_of[c])) for c in g] for g in communities],
@@ -265,12 +272,32 @@ def _train_communities(
     d: int,
     params: FedCRefParams,
     generator: torch.Generator,
-) -> StackedParams:
+    screening: RobustRule,
+) -> tuple[StackedParams, list[int]]:
     """FedAvg (15 rounds) of one fresh model per community over its clusters' samples,
-    weighted by cluster size; all communities' rounds run as one batch."""
+    weighted by cluster size; all communities' rounds run as one batch. Uploads the
+    screening rejects are left out of the average; returned: the models and the
+    client of every rejected upload (ascending)."""
     theta = init_autoencoders(len(communities), d, generator)
     if not communities:
-        return theta
+        return theta, []
+    member_slots = [c for g in communities for c in g]
+    target = torch.as_tensor([p for p, g in enumerate(communities) for _ in g], dtype=torch.long)
+    index, counts = _index_rows([layout.members[c] for c in member_slots])
+    weights = counts.to(torch.float32)
+    rejected_clients: list[int] = []
+    for _ in range(params.fl_rounds):
+        start = take(theta, target)
+        trained = train_autoencoders(
+            start, x_all, index, counts, epochs=params.fl_epochs, lr=params.lr,
+            batch_size=params.batch_size, generator=generator,
+        )
+        rejected, trained = screen(trained, start, screening)
+        keep = ~rejected
+        rows = {k: torch.where(keep.view(-1, *([1] * (v.dim() - 1))), v, 0.0) for k, v in trained.items()}
+        theta = weighted_average(rows, target, torch.where(keep, weights, 0.0), theta)
+        rejected_clients += [int(layout.client_of[member_slots[p]]) for p in torch.nonzero(rejected).flatten().tolist()]
+    return theta, sorted(rejected_clients)
     member_slots = [c for g in communities for c in g]
     target = torch.as_tensor([p for p, g in enumerate(communities) for _ in g], dtype=torch.long)
     index, counts = _index_rows([layout.members[c] for c in member_slots])
