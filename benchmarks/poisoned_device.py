@@ -1,25 +1,29 @@
-"""Accuracy with one poisoned device against the clean run, for every cold-start method.
+"""Accuracy with one poisoned device against the clean run, for every method.
 
 The federation of ``params.yaml`` (digits, S2, 5 + 5 devices, its hyperparameters) is built once
 per seed; device ``--device`` (default 0) is then poisoned in one of three ways, and
-every cold-start method runs on the clean and on each poisoned engine back to back:
+every cold-start method (``--methods all``: every registered one) and, with
+``--continual all``, every continual method (the device poisoned at every timestep)
+runs on the clean and on each poisoned engine back to back:
 
-- ``nan``: the device's training images are NaN, so every update it uploads (and its
-  FedProx-EWC Fisher estimate) is NaN;
-- ``1e30``: every parameter of every model it uploads is 1e30 (finite);
-- ``flip100``: it uploads θ_start − 100·Δ, its honest update sign-flipped and ×100.
+- ``nan``: the device's training images are NaN, so everything it uploads (models,
+  FedProx-EWC's Fisher estimate, StoCFL's gradients, PACFL's data basis) is NaN;
+- ``1e30``: every upload it makes is 1e30 everywhere (finite);
+- ``flip100``: it uploads θ_start − 100·Δ, its honest update sign-flipped and ×100
+  (−100·u for uploads that start from no model: Fisher, gradients, bases);
 
 and ``absent`` is the reference a perfect filter reaches: the same federation without
 the device (``Federation.subset``), as if it had never taken part.
 
 Reported: mean test accuracy of the *honest* devices (all but the poisoned one; a
-method cannot protect the poisoned device's own model from its own data), the same
-over all devices, and the updates the engine rejected. The target: honest-device
-accuracy within 1 point of the clean run. ``centralized`` (the oracle trains on the
-pooled data of each ground-truth group, no device uploads) is not attacked.
+method cannot protect the poisoned device's own model from its own data; continual:
+the mean over t = 1..T), and the uploads the engine rejected. The target:
+honest-device accuracy within 1 point of the clean run. ``centralized`` (the oracle
+trains on the pooled data of each ground-truth group, no device uploads) is not attacked (``all``
+leaves it out).
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/poisoned_device.py \\
-        --seeds 10 --out benchmarks/out/poisoned_device.jsonl
+        --seeds 10 --methods all --continual all --out benchmarks/out/poisoned_device.jsonl
     .venv/bin/python benchmarks/poisoned_device.py --summarize --out benchmarks/out/poisoned_device.jsonl
 
 ``--set key=value`` overrides params.yaml (dotted keys, YAML values), e.g. MNIST:
@@ -30,16 +34,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 import yaml
 
-from clusterfed import build
+from clusterfed import build, registry
 from clusterfed.config import parse_params
-import clusterfed.engine.engine as engine_module
+from clusterfed.continual.driver import run_continual as continual_driver
 from clusterfed.engine import Engine
 
 ATTACKS = ("clean", "absent", "nan", "1e30", "flip100")
@@ -47,8 +53,10 @@ METHODS = ("faacl", "fedclust", "stocfl", "flacc", "fedavg", "ifca", "local")
 
 
 class PoisonedEngine(Engine):
-    """An engine whose device ``poisoned`` uploads ``attack``'s models: the poison is
-    applied to local SGD's output, so the engine's screening sees it as an upload."""
+    """An engine whose device ``poisoned`` is malicious. ``nan``: its training data is
+    NaN. ``1e30`` / ``flip100``: every upload it makes (models, Fisher estimates,
+    gradients, data bases: whatever reaches ``Engine.screen``) is replaced, just before
+    the screening, by 1e30 everywhere / θ_start − 100·Δ (−100·u without a start)."""
 
     def __init__(self, *args, poisoned: int, attack: str, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -56,39 +64,55 @@ class PoisonedEngine(Engine):
         if attack == "nan":
             self.data.train.x[poisoned] = float("nan")
 
-    def local_models(self, *args, **kwargs):
-        if self.attack not in ("1e30", "flip100"):
-            return super().local_models(*args, **kwargs)
-        honest = engine_module.local_sgd
-
-        def poisoned_sgd(model, start, data, device_idx, **kw):
-            trained = honest(model, start, data, device_idx, **kw)
-            rows = device_idx == self.poisoned
+    def screen(self, uploads, device_of_pair, start=None):
+        if self.attack in ("1e30", "flip100"):
+            rows = torch.as_tensor(np.asarray(device_of_pair) == self.poisoned)
             out = {}
-            for k, v in trained.items():
-                bad = torch.full_like(v, 1e30) if self.attack == "1e30" else start[k] - 100.0 * (v - start[k])
-                out[k] = torch.where(rows.view(-1, *([1] * (v.dim() - 1))), bad, v)
-            return out
-
-        engine_module.local_sgd = poisoned_sgd
-        try:
-            return super().local_models(*args, **kwargs)
-        finally:
-            engine_module.local_sgd = honest
+            for k, v in uploads.items():
+                if self.attack == "1e30":
+                    bad = torch.full_like(v, 1e30)
+                else:
+                    bad = -100.0 * v if start is None else start[k] - 100.0 * (v - start[k])
+                out[k] = torch.where(rows.to(v.device).view(-1, *([1] * (v.dim() - 1))), bad, v)
+            uploads = out
+        return super().screen(uploads, device_of_pair, start)
 
 
-def run(seed: int, methods: list[str], epochs: int | None, device: int, out: Path, overrides: dict) -> None:
+def _poisoned_engine(params, fed, device: int, attack: str) -> Engine:
+    honest = HONEST_BUILD(params, fed)
+    return PoisonedEngine(
+        fed, model=params.model.name, hidden=params.model.hidden, conv_channels=params.model.conv_channels,
+        kernel_size=params.model.kernel_size, training=honest.training, device=params.training.device,
+        screening=honest.screening, poisoned=device, attack=attack,
+    )
+
+
+HONEST_BUILD = build.build_engine
+
+
+def _raw(seed: int, overrides: dict, *, continual: bool) -> dict:
     raw = yaml.safe_load(Path("params.yaml").read_text())  # the embedded defaults: digits, S2
-    raw["seeds"], raw["continual"]["enabled"], raw["training"]["device"] = [seed], False, "cpu"
+    raw["seeds"], raw["continual"]["enabled"], raw["training"]["device"] = [seed], continual, "cpu"
     raw["unsupervised"] = {"enabled": False}
-    if epochs:
-        raw["coldstart"]["rounds"] = epochs
     for key, value in overrides.items():
         node = raw
         *parents, last = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
         node[last] = value
+    return raw
+
+
+def _append(out: Path, row: dict) -> None:
+    with open(out, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(json.dumps({k: row[k] for k in ("method", "attack", "honest_accuracy", "rejected", "error")}), flush=True)
+
+
+def run(seed: int, methods: list[str], epochs: int | None, device: int, out: Path, overrides: dict) -> None:
+    raw = _raw(seed, overrides, continual=False)
+    if epochs:
+        raw["coldstart"]["rounds"] = epochs
     params = parse_params(raw)
     fed = build.build_federation(params, seed)
     done = _done(out)
@@ -96,39 +120,82 @@ def run(seed: int, methods: list[str], epochs: int | None, device: int, out: Pat
         for attack in ATTACKS:
             if (seed, method, attack, params.coldstart.rounds) in done:
                 continue
-            engine = build.build_engine(params, fed)
-            if attack == "absent":
+            if attack == "clean":
+                engine = build.build_engine(params, fed)
+            elif attack == "absent":
                 engine = build.build_engine(params, fed.subset(np.delete(np.arange(fed.n_devices), device)))
-            elif attack != "clean":
-                t = params.training
-                engine = PoisonedEngine(
-                    fed, model=params.model.name, hidden=params.model.hidden, training=engine.training,
-                    device=t.device, poisoned=device, attack=attack,
-                )
+            else:
+                engine = _poisoned_engine(params, fed, device, attack)
             started = time.perf_counter()
             error = None
             try:
-                result = build.build_algorithm(method, params).fit(engine, seed=seed)
-                accuracy = result.device_accuracy
+                result = build.build_algorithm(method, params).fit(engine, seed=seed, ground_truth=engine_groups(fed, attack, device))
+                accuracy, rejected = result.device_accuracy, result.rejected_updates
             except Exception as exc:  # a run that refuses to go on is a result too
-                error, accuracy = f"{type(exc).__name__}: {exc}", np.full(engine.n_devices, np.nan)
+                error, accuracy, rejected = f"{type(exc).__name__}: {exc}", np.full(engine.n_devices, np.nan), None
             honest = accuracy if attack == "absent" else np.delete(accuracy, device)
-            row = {
+            _append(out, {
                 "seed": seed, "method": method, "attack": attack, "epochs": params.coldstart.rounds,
                 "poisoned_device": device, "honest_accuracy": float(np.mean(honest)),
-                "accuracy": float(np.mean(accuracy)), "rejected": _rejected(engine, result if error is None else None),
+                "accuracy": float(np.mean(accuracy)), "rejected": rejected,
                 "error": error, "wall_s": round(time.perf_counter() - started, 1),
-            }
-            with open(out, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(json.dumps({k: row[k] for k in ("method", "attack", "honest_accuracy", "rejected", "error")}), flush=True)
+            })
 
 
-def _rejected(engine: Engine, result) -> int | None:
-    if result is not None and getattr(result, "rejected_updates", None) is not None:
-        value = result.rejected_updates
-        return int(value if not isinstance(value, dict) else value.get("total", 0))
-    return None
+def engine_groups(fed, attack: str, device: int) -> np.ndarray:
+    """Ground truth for the oracle (``centralized``), of the devices the engine holds."""
+    return np.delete(fed.groups, device) if attack == "absent" else fed.groups
+
+
+CONTINUAL_METHODS = ("fedavg", "fedprox_ewc", "feddrift", "cfaacl")
+
+
+@contextmanager
+def engines_built_by(make):
+    """``build.timestep_engines`` builds every timestep's engine with ``make(params, fed)``."""
+    build.build_engine = make
+    try:
+        yield
+    finally:
+        build.build_engine = HONEST_BUILD
+
+
+def run_continual(seed: int, methods: list[str], device: int, out: Path, overrides: dict) -> None:
+    """The continual methods over params.yaml's timesteps (thesis ch. 4), the device
+    poisoned at every timestep; honest accuracy: the mean over t = 1..T."""
+    params = parse_params(_raw(seed, overrides, continual=True))
+    schedule = build.build_schedule(params)
+    others = np.delete(np.arange(schedule.shape[0]), device)
+    done = _done(out)
+    for method in methods:
+        for attack in ATTACKS:
+            name = f"continual:{method}"
+            if (seed, name, attack, params.continual.timesteps) in done:
+                continue
+            if attack == "clean":
+                make, sched = HONEST_BUILD, schedule
+            elif attack == "absent":
+                make, sched = (lambda p, fed: HONEST_BUILD(p, fed.subset(others))), schedule
+            else:
+                make, sched = (lambda p, fed, a=attack: _poisoned_engine(p, fed, device, a)), schedule
+            started, error = time.perf_counter(), None
+            with tempfile.TemporaryDirectory() as tmp, engines_built_by(make):
+                try:
+                    rows, _ = continual_driver(
+                        build.build_continual_algorithm(method, params), build.timestep_engines(params, sched, seed),
+                        sched if attack != "absent" else schedule[others], seed=seed, checkpoint_dir=Path(tmp),
+                        fingerprint="poisoned",
+                    )
+                    acc = np.array([r["device_accuracy"] for r in rows[1:]])  # [T, devices]
+                    honest = acc if attack == "absent" else np.delete(acc, device, axis=1)
+                    rejected = int(sum(r["rejected_updates"] for r in rows))
+                except Exception as exc:  # a run that refuses to go on is a result too
+                    error, honest, rejected = f"{type(exc).__name__}: {exc}", np.full(1, np.nan), None
+            _append(out, {
+                "seed": seed, "method": name, "attack": attack, "epochs": params.continual.timesteps,
+                "poisoned_device": device, "honest_accuracy": float(np.mean(honest)), "rejected": rejected,
+                "error": error, "wall_s": round(time.perf_counter() - started, 1),
+            })
 
 
 def _done(out: Path) -> set:
@@ -174,7 +241,8 @@ def summarize(out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[10])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), help="cold-start methods ('all': every registered one)")
+    parser.add_argument("--continual", nargs="*", default=[], help="continual methods too ('all': every built-in one)")
     parser.add_argument("--epochs", type=int, default=None, help="coldstart.rounds (default: params.yaml's)")
     parser.add_argument("--device", type=int, default=0, help="the poisoned device")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/poisoned_device.jsonl"))
@@ -187,7 +255,13 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for seed in args.seeds:
         overrides = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}
-        run(seed, args.methods, args.epochs, args.device, args.out, overrides)
+        methods = args.methods
+        if methods == ["all"]:  # the oracle trains on pooled groups: no device uploads to poison
+            methods = [m for m in registry.declarations("coldstart", builtin_only=True) if m != "centralized"]
+        run(seed, methods, args.epochs, args.device, args.out, overrides)
+        continual = list(CONTINUAL_METHODS) if args.continual == ["all"] else args.continual
+        if continual:
+            run_continual(seed, continual, args.device, args.out, overrides)
 
 
 if __name__ == "__main__":
