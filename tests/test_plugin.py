@@ -1,5 +1,5 @@
 """A method outside clusterfed (tests/plugin, entry point ``clusterfed.algorithms``)
-runs through the stages with no edit of clusterfed."""
+runs through the stages and the MLflow registry with no edit of clusterfed."""
 
 import json
 import os
@@ -50,6 +50,10 @@ def test_an_out_of_tree_method_runs_through_the_stages(tmp_path):
     metrics = json.loads((work / "metrics/metrics.json").read_text())["coldstart"]
     assert list(metrics) == ["random_groups", "fedavg"] and metrics["random_groups"]["n_clusters"] <= 2
     assert "random_groups" in (work / "plots/accuracy.csv").read_text()
+    # the MLflow registry takes its cluster models like any built-in method's
+    assert cli("models", "register").returncode == 0
+    served = cli("models", "lookup", "--device", "0", "--algorithm", "random_groups")
+    assert served.returncode == 0 and "random_groups" in served.stdout, served.stdout + served.stderr
     # its declared parameter is validated like a built-in one, naming the key
     params["coldstart"]["random_groups"]["k"] = 0
     (work / "params.yaml").write_text(yaml.safe_dump(params))
