@@ -12,7 +12,6 @@ import torch
 
 from clusterfed.algorithms.clustering import Cluster, Clustering
 from clusterfed.engine import Engine, StackedParams
-from clusterfed.engine.aggregation import weighted_average
 from clusterfed.engine.stacked import is_finite, take
 
 
@@ -58,12 +57,10 @@ def average(
     ok: np.ndarray,
     previous: StackedParams,
 ) -> StackedParams:
-    """Each model becomes the |Z^train|-weighted average of its finite pairs (as
-    ``Engine.train`` does); a model without finite pairs keeps ``previous``."""
-    keep = np.flatnonzero(ok)
-    if len(keep) == 0:
+    """Each model becomes the |Z^train|-weighted average of its finite pairs
+    (``Engine.aggregate``, as ``Engine.train`` does); a model without finite pairs
+    keeps ``previous``."""
+    if not ok.any():
         return previous
-    device_idx = torch.as_tensor(np.asarray(device_of_pair)[keep], dtype=torch.long, device=engine.device)
-    target = torch.as_tensor(np.asarray(model_of_pair)[keep], dtype=torch.long, device=engine.device)
-    weights = torch.as_tensor(engine.counts("train"), dtype=torch.float32, device=engine.device)[device_idx]
-    return weighted_average(take(trained, keep.tolist()), target, weights, previous)
+    return engine.aggregate(trained, np.asarray(model_of_pair), np.asarray(device_of_pair), previous,
+                            rejected=np.flatnonzero(~ok))

@@ -28,7 +28,6 @@ from clusterfed.algorithms.fedclust import final_layer_keys
 from clusterfed.algorithms.fedprox import proximal_penalty
 from clusterfed.algorithms.grouped import labels_clustering
 from clusterfed.engine import Engine, StackedParams
-from clusterfed.engine.aggregation import weighted_average
 from clusterfed.engine.local_sgd import PerFedAvgStep, PFedMeStep
 from clusterfed.algorithms.protocol import ColdStart, Context, RoundPlan
 from clusterfed.engine.stacked import is_finite, take
@@ -206,11 +205,9 @@ class LGFedAvg(_Personalized):
         ok = _finite(engine, trained)
         personal = replace_rows(state.personal, plan.devices, trained, ok)
         head = state.w
-        if ok.any():
-            rows = np.flatnonzero(ok)
-            weights = torch.as_tensor(engine.counts("train")[plan.devices[rows]], dtype=torch.float32, device=engine.device)
-            target = torch.zeros(len(rows), dtype=torch.long, device=engine.device)
-            head = weighted_average(take({k: trained[k] for k in head}, rows.tolist()), target, weights, head)
+        if ok.any():  # the shared head: the engine's |Z^train|-weighted average of the finite uploads
+            head = engine.aggregate({k: trained[k] for k in head}, np.zeros(len(plan.devices), dtype=np.int64),
+                                    plan.devices, head, rejected=np.flatnonzero(~ok))
         n = engine.n_devices
         personal = {k: (take(head, [0] * n)[k] if k in head else v) for k, v in personal.items()}
         return PersonalState(head, personal)
