@@ -57,3 +57,28 @@ def test_fedprox_ewc_accumulates_fisher_and_anchors(digits):
     for k, v in state.extras["fisher"].items():
         assert (v >= first[k]).all() and (v > first[k]).any()  # summed over timesteps
         torch.testing.assert_close(state.extras["anchor"][k], state.clustering.params[k])
+
+
+def test_each_timestep_row_counts_the_uploads_its_engine_calls_rejected(digits, tmp_path):
+    """Device 2's data is NaN at every timestep: FedProx-EWC's rounds reject its
+    model upload and its Fisher estimate (``remember``, a hook) — the driver's tally
+    sees both, with no counter in the method."""
+    from clusterfed.continual.baselines import FedProxEWC
+    from clusterfed.continual.driver import run_continual
+    from clusterfed.continual.schedules import make_schedule
+    from clusterfed.continual.state import timestep_seed
+    from clusterfed.engine import Engine, TrainingConfig
+    from clusterfed.scenarios import federation_from_concepts
+
+    schedule = make_schedule("multitask", 4, 2)
+
+    def engine_at(t):
+        fed = federation_from_concepts(digits, "S2", schedule[:, t], seed=timestep_seed(10, t), n_concepts=2,
+                                       samples_per_device=120, test_samples_per_device=30)
+        engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+        engine.data.train.x[2] = float("nan")  # a test may poison the data; methods may not touch it
+        return engine
+
+    rows, _ = run_continual(FedProxEWC(rounds=3), engine_at, schedule, seed=10, checkpoint_dir=tmp_path,
+                            fingerprint="test")
+    assert [r["rejected_updates"] for r in rows] == [3 + 1] * 3  # 3 rounds + the Fisher, per timestep
