@@ -6,7 +6,7 @@ and the progress bar. A method's timestep (``step``) is a template of three hook
 around the training rounds, which are written once (:func:`train_rounds`):
 
     arrive    devices got new data: detect drift, search concepts, re-cluster
-    (rounds)  every cluster model trains on its pairs, ``penalty`` pulling it
+    train     the rounds: every cluster model trains on its pairs, ``penalty`` pulling it
     remember  keep what the next timestep needs (memory, Fisher, losses)
 
 The uploads the engine rejects in a timestep (``arrive``'s calls and the rounds')
@@ -74,6 +74,14 @@ class ContinualMethod(Method):
     def penalty(self, state: ContinualState, params: StackedParams) -> QuadraticPenalty | None:
         return None
 
+    def train(self, state: ContinualState, engine: Engine, t: int, ctx: Context) -> ContinualState:
+        """The timestep's ``rounds`` training rounds: by default every cluster model
+        trains on its pairs with ``penalty`` (:func:`train_rounds`). A method whose
+        devices train other variables than the cluster models (APD, FedWeIT: decomposed
+        parameters; Stable SGD: dropout and a per-timestep rate) overrides this."""
+        clustering = train_rounds(engine, state.clustering, ctx.generator, self.rounds, lambda θ: self.penalty(state, θ))
+        return replace(state, clustering=clustering)
+
     def remember(self, state: ContinualState, engine: Engine, t: int, seed: int) -> ContinualState:
         return state
 
@@ -83,7 +91,6 @@ class ContinualMethod(Method):
         return self.step(self.initial_state(engine, Context(rng, gen)), engine, t=0, seed=seed)
 
     def step(self, state: ContinualState, engine: Engine, *, t: int, seed: int) -> ContinualState:
-        rng, gen = generators(timestep_seed(seed, t))
-        state = self.arrive(state, engine, t, Context(rng, gen))
-        clustering = train_rounds(engine, state.clustering, gen, self.rounds, lambda θ: self.penalty(state, θ))
-        return self.remember(replace(state, clustering=clustering), engine, t, seed)
+        ctx = Context(*generators(timestep_seed(seed, t)))
+        state = self.arrive(state, engine, t, ctx)
+        return self.remember(self.train(state, engine, t, ctx), engine, t, seed)

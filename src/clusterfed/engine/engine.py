@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from clusterfed.engine.aggregation import weighted_average
+from clusterfed.engine.composed import Composition, composed_sgd
 from clusterfed.engine.evaluation import (
     all_pairs_losses,
     mean_loss_gradients,
@@ -253,6 +254,32 @@ class Engine:
             objective=objective,
         )
         return self.screen(trained, device_of_pair, start)
+
+    def local_composed(
+        self,
+        variables: StackedParams,
+        composition: Composition,
+        device_of_pair: np.ndarray,
+        generator: torch.Generator,
+        *,
+        epochs: int | None = None,
+        training: TrainingConfig | None = None,
+        dropout: float = 0.0,
+    ) -> Round:
+        """What each pair uploads when its model is composed from variables (APD,
+        FedWeIT, ``engine/composed.py``): pair p trains row p of ``variables`` on device
+        ``device_of_pair[p]``, its model being ``composition.compose(variables)``;
+        ``dropout`` masks hidden activations (Stable SGD). One row per pair, not
+        averaged (the method aggregates what it shares); screened as ``local_models``'
+        (rejected rows NaN, listed in ``Round.rejected``)."""
+        cfg = self.training if training is None else training
+        device_idx = torch.as_tensor(device_of_pair, dtype=torch.long, device=self.device)
+        trained = composed_sgd(
+            self.model, variables, composition, self.data.train, device_idx,
+            epochs=cfg.local_epochs if epochs is None else epochs,
+            lr=cfg.lr, l2=cfg.l2, batch_size=cfg.batch_size, generator=generator, dropout=dropout,
+        )
+        return self.screen(trained, device_of_pair, variables)
 
     def screen(
         self, uploads: StackedParams, device_of_pair: np.ndarray, start: StackedParams | None = None

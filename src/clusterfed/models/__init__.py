@@ -11,12 +11,15 @@ batched ``linear`` backward was 3-4x slower for the thesis MLP.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 Params = dict[str, torch.Tensor]
+#: A training-time transform of hidden activations ``[M, N, hidden]`` (dropout masks).
+Dropout = Callable[[torch.Tensor], torch.Tensor]
 
 MODELS: tuple[str, ...] = ("mlp", "cnn")
 # The CNN's default shape: cheap enough for CPU runs (FLACC's MNIST CNN is (32, 64), 5).
@@ -38,10 +41,14 @@ class MLP(nn.Module):
         return self.output(torch.relu(self.hidden(x.flatten(1))))
 
     @staticmethod
-    def stacked_forward(params: Params, x: torch.Tensor, *, shared_input: bool) -> torch.Tensor:
-        """Logits ``[M, N, K]``; x is ``[N, ...]`` (shared) or ``[M, N, ...]``."""
-        h = _stacked_linear(params["hidden.weight"], params["hidden.bias"], x, shared_input)
-        return _stacked_linear(params["output.weight"], params["output.bias"], h.relu(), False)
+    def stacked_forward(
+        params: Params, x: torch.Tensor, *, shared_input: bool, dropout: Dropout | None = None
+    ) -> torch.Tensor:
+        """Logits ``[M, N, K]``; x is ``[N, ...]`` (shared) or ``[M, N, ...]``.
+        ``dropout`` (training only) transforms the hidden activations ``[M, N, hidden]``."""
+        h = _stacked_linear(params["hidden.weight"], params["hidden.bias"], x, shared_input).relu()
+        h = h if dropout is None else dropout(h)
+        return _stacked_linear(params["output.weight"], params["output.bias"], h, False)
 
     @staticmethod
     @torch.no_grad()
@@ -128,8 +135,11 @@ class CNN(nn.Module):
         return self.output(torch.relu(self.hidden(x.flatten(1))))
 
     @staticmethod
-    def stacked_forward(params: Params, x: torch.Tensor, *, shared_input: bool) -> torch.Tensor:
-        """Logits ``[M, N, K]`` by grouped convolutions (one group per model)."""
+    def stacked_forward(
+        params: Params, x: torch.Tensor, *, shared_input: bool, dropout: Dropout | None = None
+    ) -> torch.Tensor:
+        """Logits ``[M, N, K]`` by grouped convolutions (one group per model);
+        ``dropout`` (training only) transforms the dense hidden activations."""
         m = params["conv1.weight"].shape[0]
         pad = params["conv1.weight"].shape[-1] // 2
         if shared_input:  # [N, C, H, W]: every model sees the same images
@@ -148,8 +158,9 @@ class CNN(nn.Module):
         )
         h = F.max_pool2d(h.relu(), 2)  # [N, M*c2, h, w]
         h = h.view(h.shape[0], m, -1).transpose(0, 1)  # [M, N, features]
-        h = _stacked_linear(params["hidden.weight"], params["hidden.bias"], h, False)
-        return _stacked_linear(params["output.weight"], params["output.bias"], h.relu(), False)
+        h = _stacked_linear(params["hidden.weight"], params["hidden.bias"], h, False).relu()
+        h = h if dropout is None else dropout(h)
+        return _stacked_linear(params["output.weight"], params["output.bias"], h, False)
 
 
 def _stacked_linear(

@@ -1,0 +1,173 @@
+"""Additive decomposition of each device's kernels, shared by FedProx-APD and FedWeIT.
+
+APD (Yoon, Kim, Yang, Hwang, "Scalable and Order-robust Continual Learning with
+Additive Parameter Decomposition", ICLR 2020, §3.1–3.2) writes task t's kernel as
+θ_t = σ ⊗ M_t + τ_t: shared σ masked by a task mask, plus a sparse task-adaptive
+τ_t. FedWeIT (Yoon, Jeong, Lee, Yang, Hwang, "Federated Continual Learning with
+Weighted Inter-client Transfer", ICML 2021, §3.2, Eq. 1–2) adds the other clients'
+task-adaptive parameters: θ_c^(t) = B_c ⊙ m_c^(t) + A_c^(t) + Σ_j α_j A_j. Here, per
+device (one row each) and per kernel (parameters named ``*weight``):
+
+    base B [n, *shape]     mask m [n, out]     adaptive A [n, *shape]
+    attention α [n, J]     knowledge K [J, *shape] (the same for every device)
+
+θ = B ⊙ σ(m) + A + Σ_j α_j K_j; biases are the device's own (not decomposed). As in
+the authors' code (github wyjeong/FedWeIT, jaehong31/APD): the mask is one logit per
+output unit, squashed by σ; A starts at B / 3 when a task begins; the served model
+prunes A to |A| > λ1; past tasks' A and masks are frozen, so the retroactive term
+λ2/2 Σ_{i<t} ‖B ⊙ σ(m_i) + A_i − θ_i*‖² (θ_i* the task-i kernel when task t began)
+is ½ λ2 Σ_i σ(m_i)² (B − B*)² with B* the base when task t began: only Σ_i σ(m_i)²
+(``retro``) and B* (``anchor``) need keeping. Differences from the authors' code:
+mask logits and α start at 0 (they draw them at random), and θ's optimiser is the
+engine's SGD (they use Adam).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+from clusterfed.algorithms import Cluster, Clustering
+from clusterfed.engine import Round, StackedParams
+from clusterfed.models import is_regularized
+
+#: The trained parts (``variables``) and the bookkeeping kept beside them.
+TRAINED = ("base", "mask", "adaptive", "attention", "bias")
+
+
+def _units(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``[n, out]`` per-output-unit values broadcast over a kernel ``[n, out, ...]``."""
+    return mask.view(*mask.shape, *[1] * (like.dim() - mask.dim()))
+
+
+@dataclass(frozen=True)
+class Decomposed:
+    """Every device's decomposed model (rows = devices); dicts keyed by parameter name."""
+
+    base: StackedParams
+    mask: StackedParams
+    adaptive: StackedParams
+    bias: StackedParams
+    anchor: StackedParams
+    retro: StackedParams
+    attention: StackedParams  # empty without a knowledge base (APD)
+    knowledge: StackedParams  # empty without a knowledge base (APD)
+
+    @classmethod
+    def start(cls, theta: StackedParams, *, knowledge: int) -> "Decomposed":
+        """Task 0 from one model per device: B = θ, σ(m) = ½, A = B / 3; a knowledge base
+        of ``knowledge`` entries (0: none) starts empty (zeros) with α = 0."""
+        kernels = {k: v for k, v in theta.items() if is_regularized(k)}
+        n = next(iter(theta.values())).shape[0]
+        return cls(
+            base={k: v.clone() for k, v in kernels.items()},
+            mask={k: v.new_zeros(v.shape[:2]) for k, v in kernels.items()},
+            adaptive={k: v / 3.0 for k, v in kernels.items()},
+            bias={k: v.clone() for k, v in theta.items() if k not in kernels},
+            anchor={k: v.clone() for k, v in kernels.items()},
+            retro={k: v.new_zeros(v.shape[:2]) for k, v in kernels.items()},
+            attention={k: v.new_zeros(n, knowledge) for k, v in kernels.items()} if knowledge else {},
+            knowledge={k: v.new_zeros(knowledge, *v.shape[1:]) for k, v in kernels.items()} if knowledge else {},
+        )
+
+    # -- the trained variables, flat (``part/name``) for the engine -------------------------
+    def variables(self) -> StackedParams:
+        return {f"{part}/{k}": v for part in TRAINED for k, v in getattr(self, part).items()}
+
+    def with_variables(self, variables: StackedParams) -> "Decomposed":
+        parts = {part: {k.split("/", 1)[1]: v for k, v in variables.items() if k.startswith(part + "/")} for part in TRAINED}
+        return replace(self, **parts)
+
+    # -- θ -------------------------------------------------------------------------------
+    def compose(self, *, prune: float | None = None) -> StackedParams:
+        """Every device's model; ``prune`` zeroes |A| ≤ prune (the served model)."""
+        return compose(self.variables(), self.knowledge, prune=prune)
+
+    def new_task(self, knowledge: StackedParams | None = None) -> "Decomposed":
+        """A new task begins: the finished task's mask joins the drift weights, the
+        anchor is the current base, A restarts at B / 3, m and α at 0; ``knowledge``
+        replaces the knowledge base."""
+        return replace(
+            self,
+            retro={k: v + torch.sigmoid(self.mask[k]).square() for k, v in self.retro.items()},
+            anchor={k: v.clone() for k, v in self.base.items()},
+            mask={k: torch.zeros_like(v) for k, v in self.mask.items()},
+            adaptive={k: v / 3.0 for k, v in self.base.items()},
+            attention={k: torch.zeros_like(v) for k, v in self.attention.items()},
+            knowledge=self.knowledge if knowledge is None else knowledge,
+        )
+
+    def pruned_adaptive(self, threshold: float) -> StackedParams:
+        """A with |A| ≤ ``threshold`` zeroed: what FedWeIT's clients send to the knowledge base."""
+        return {k: v * (v.abs() > threshold) for k, v in self.adaptive.items()}
+
+    # -- checkpoints: ContinualState.extras ------------------------------------------------
+    def extras(self) -> dict[str, StackedParams]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
+
+    @classmethod
+    def from_extras(cls, extras: dict[str, StackedParams]) -> "Decomposed":
+        return cls(**{f.name: extras.get(f.name, {}) for f in fields(cls)})
+
+
+def compose(variables: StackedParams, knowledge: StackedParams, *, prune: float | None = None) -> StackedParams:
+    """θ = B ⊙ σ(m) + A + Σ_j α_j K_j per kernel, biases as they are (differentiable)."""
+    theta = {}
+    for name, v in variables.items():
+        part, k = name.split("/", 1)
+        if part == "bias":
+            theta[k] = v
+        elif part == "base":
+            a = variables[f"adaptive/{k}"]
+            if prune is not None:
+                a = a * (a.abs() > prune)
+            theta[k] = v * _units(torch.sigmoid(variables[f"mask/{k}"]), v) + a
+            if k in knowledge:
+                theta[k] = theta[k] + torch.tensordot(variables[f"attention/{k}"], knowledge[k], dims=1)
+    return theta
+
+
+@dataclass(frozen=True)
+class AdditiveComposition:
+    """The local objective's extra terms on the decomposed variables (engine Composition):
+    λ1 Σ|A| (sparsity), ½ λ2 Σ retro ⊙ (B − B*)² (drift of past tasks' weights) and,
+    for FedProx-APD, FedProx's ½ μ ‖B − B_global‖²."""
+
+    knowledge: StackedParams
+    anchor: StackedParams
+    retro: StackedParams
+    lambda1: float
+    lambda2: float
+    mu: float = 0.0
+    center: StackedParams | None = None
+
+    def compose(self, variables: StackedParams) -> StackedParams:
+        return compose(variables, self.knowledge)
+
+    def penalty(self, variables: StackedParams) -> torch.Tensor:
+        total = 0.0
+        for k, b in ((n.split("/", 1)[1], v) for n, v in variables.items() if n.startswith("base/")):
+            a = variables[f"adaptive/{k}"]
+            total = total + self.lambda1 * a.abs().flatten(1).sum(1)
+            drift = _units(self.retro[k], b) * (b - self.anchor[k]).square()
+            total = total + 0.5 * self.lambda2 * drift.flatten(1).sum(1)
+            if self.mu and self.center is not None:
+                total = total + 0.5 * self.mu * (b - self.center[k]).square().flatten(1).sum(1)
+        return total
+
+
+def per_device(theta: StackedParams) -> Clustering:
+    """One singleton cluster per device, device d served by row d: how personalised
+    models are registered (MLflow answers "which model serves device d at t")."""
+    n = next(iter(theta.values())).shape[0]
+    return Clustering(tuple(Cluster(d, frozenset({d})) for d in range(n)), {k: v.clone() for k, v in theta.items()})
+
+
+def kept_rows(uploads: Round, previous: StackedParams) -> tuple[StackedParams, torch.Tensor]:
+    """Rows the engine's screening rejected keep ``previous``; also returns the ``[P]``
+    bool of accepted rows, for the server to average those only."""
+    first = next(iter(previous.values()))
+    ok = torch.ones(first.shape[0], dtype=torch.bool, device=first.device)
+    ok[torch.as_tensor(uploads.rejected, dtype=torch.long, device=first.device)] = False
+    return {k: torch.where(_units(ok, v), v, previous[k]) for k, v in uploads.params.items()}, ok

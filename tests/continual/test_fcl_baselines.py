@@ -1,0 +1,257 @@
+"""FedWeIT, FedProx-APD and FedProx-SSGD (thesis Tables 4.1–4.4 baselines) on digits:
+the batched composed-parameter path equals a per-device reference, FedWeIT's masks,
+sparse uploads and knowledge base on constructed weights, APD's decomposition and
+drift term, and bit-identical resumption."""
+
+import math
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from clusterfed.continual import FedProxAPD, FedProxSSGD, FedWeIT
+from clusterfed.continual.decomposed import AdditiveComposition, Decomposed, compose
+from clusterfed.continual.driver import run_continual
+from clusterfed.continual.fedweit import aggregate_bases, sent_units
+from clusterfed.continual.schedules import make_schedule
+from clusterfed.continual.ssgd import Proximal
+from clusterfed.continual.state import timestep_seed
+from clusterfed.engine import Engine, TrainingConfig
+from clusterfed.engine.composed import composed_sgd, dropout_masks
+from clusterfed.engine.local_sgd import epoch_orders
+from clusterfed.models import is_regularized
+from clusterfed.scenarios import build_scenario, federation_from_concepts
+
+LR, L2, BATCH = 0.05, 0.001, 10
+KW = dict(n_concepts=2, samples_per_device=120, test_samples_per_device=30)
+
+
+def _engine(digits, concepts, seed):
+    fed = federation_from_concepts(digits, "S2", np.asarray(concepts), seed=seed, **KW)
+    return Engine(fed, hidden=32, training=TrainingConfig(lr=LR, l2=L2, batch_size=BATCH), device="cpu")
+
+
+def _rows(tree, p):
+    return {k: v[p : p + 1] for k, v in tree.items()}
+
+
+def reference_composed_sgd(variables, make_objective, data, devices, *, epochs, generator, dropout=0.0, hidden=32):
+    """Each pair alone, with its own slice of the objective, an explicit MLP forward and
+    the batched run's sample orders and dropout masks (drawn in the same sequence)."""
+    counts = data.counts[devices]
+    n_steps = math.ceil(int(counts.max()) / BATCH)
+    draws = []
+    for _ in range(epochs):
+        order = epoch_orders(counts, data.x.shape[1], generator)
+        masks = [dropout_masks((len(devices), BATCH, hidden), dropout, generator) if dropout else None for _ in range(n_steps)]
+        draws.append((order, masks))
+    out = []
+    for p, d in enumerate(devices.tolist()):
+        phi = {k: v.detach().clone() for k, v in _rows(variables, p).items()}
+        objective = make_objective(p)
+        n = int(data.counts[d])
+        for order, masks in draws:
+            for s, start in enumerate(range(0, n, BATCH)):
+                b = order[p, :n][start : start + BATCH]
+                leaves = {k: v.detach().requires_grad_(True) for k, v in phi.items()}
+                theta = {k: v[0] for k, v in objective.compose(leaves).items()}
+                h = torch.relu(data.x[d, b].flatten(1) @ theta["hidden.weight"].T + theta["hidden.bias"])
+                if dropout:
+                    h = h * masks[s][p, : len(b)]
+                logits = h @ theta["output.weight"].T + theta["output.bias"]
+                loss = F.cross_entropy(logits, data.y[d, b])
+                loss = loss + L2 * sum(w.pow(2).sum() for k, w in theta.items() if is_regularized(k))
+                penalty = objective.penalty(leaves)
+                loss = loss + (0 if penalty is None else penalty.sum())
+                grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+                with torch.no_grad():
+                    for v, g in zip(phi.values(), grads):
+                        if g is not None:
+                            v -= LR * g
+        out.append(phi)
+    return {k: torch.cat([o[k] for o in out]) for k in out[0]}
+
+
+@pytest.fixture(scope="module")
+def a2(digits):
+    """A2: devices of very different sizes, so the masking of finished devices matters."""
+    fed = build_scenario(digits, "A2", group_sizes=[2, 2], seed=3)
+    return Engine(fed, hidden=32, training=TrainingConfig(lr=LR, l2=L2, batch_size=BATCH), device="cpu")
+
+
+def _decomposed(engine, n, seed=0):
+    """Task 1 of a decomposition with a non-trivial knowledge base, drift weights and anchor."""
+    g = torch.Generator().manual_seed(seed)
+    parts = Decomposed.start(engine.init_params(n, g, distinct=True), knowledge=n)
+    parts = parts.with_variables({k: v + 0.3 * torch.randn(v.shape, generator=g) for k, v in parts.variables().items()})
+    return parts.new_task(parts.pruned_adaptive(1e-3))
+
+
+@pytest.mark.parametrize("method", ["fedweit", "apd", "ssgd"])
+def test_batched_composed_round_equals_per_device_reference(a2, method):
+    devices = torch.arange(4)
+    data = a2.data.train
+    if method == "ssgd":
+        theta = a2.init_params(1, torch.Generator().manual_seed(1), distinct=False)
+        variables = {k: v.expand(4, *v.shape[1:]).clone() for k, v in theta.items()}
+        center = {k: v + 0.1 for k, v in variables.items()}
+        objective, make = Proximal(0.3, center), lambda p: Proximal(0.3, _rows(center, p))
+        dropout = 0.5
+    else:
+        parts = _decomposed(a2, 4)
+        knowledge = parts.knowledge if method == "fedweit" else {}
+        variables = parts.variables() if method == "fedweit" else {
+            k: v for k, v in parts.variables().items() if not k.startswith("attention/")
+        }
+        center = {k: v + 0.05 for k, v in parts.base.items()} if method == "apd" else None
+        mu = 0.2 if method == "apd" else 0.0
+
+        def make(p):
+            return AdditiveComposition(
+                knowledge, _rows(parts.anchor, p), _rows(parts.retro, p), 0.01, 5.0, mu,
+                None if center is None else _rows(center, p),
+            )
+
+        objective = AdditiveComposition(knowledge, parts.anchor, parts.retro, 0.01, 5.0, mu, center)
+        dropout = 0.0
+    kw = dict(epochs=1, generator=torch.Generator().manual_seed(7), dropout=dropout)
+    batched = composed_sgd(a2.model, variables, objective, data, devices, lr=LR, l2=L2, batch_size=BATCH, **kw)
+    kw["generator"] = torch.Generator().manual_seed(7)
+    reference = reference_composed_sgd(variables, make, data, devices, **kw)
+    for k in variables:
+        torch.testing.assert_close(batched[k], reference[k], rtol=1e-4, atol=1e-5)
+        assert not torch.equal(batched[k], variables[k]) or k.startswith("attention/")  # it trained
+    via_engine = a2.local_composed(variables, objective, np.arange(4), torch.Generator().manual_seed(7), dropout=dropout)
+    assert via_engine.n_rejected == 0
+    for k in variables:  # the engine's public entry point runs the same loop (1 epoch: its config)
+        assert via_engine.params[k].shape == variables[k].shape and bool(torch.isfinite(via_engine.params[k]).all())
+
+
+def test_identity_composition_trains_like_the_engine(a2):
+    """θ = φ without dropout is the engine's own local SGD (analytic MLP step)."""
+    from clusterfed.engine.composed import Identity
+
+    params = a2.init_params(4, torch.Generator().manual_seed(2), distinct=True)
+    plain = a2.local_models(params, np.arange(4), np.arange(4), torch.Generator().manual_seed(3)).params
+    composed = a2.local_composed(params, Identity(), np.arange(4), torch.Generator().manual_seed(3)).params
+    for k in params:
+        torch.testing.assert_close(composed[k], plain[k], rtol=1e-4, atol=1e-5)
+
+
+def test_fedweit_sends_the_units_with_the_largest_masks():
+    logits = torch.tensor([[0.1, -2.0, 0.3, 0.05, 1.0, -0.2, 0.4, 3.0, -0.6, 0.7]])
+    # ρ = 0.3: the threshold is |m| ranked ⌊0.3·10⌋ = 3 (0-based: 0.3); units strictly above it are sent
+    assert sent_units(logits, 0.3)[0].nonzero().flatten().tolist() == [1, 4, 6, 7, 8, 9]
+    assert int(sent_units(logits, 0.0).sum()) == 9  # the smallest unit is never sent, as in the authors' code
+
+
+def test_fedweit_server_averages_each_unit_over_its_senders():
+    base = {"w.weight": torch.tensor([[[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]],
+                                      [[5.0, 5.0], [6.0, 6.0], [7.0, 7.0]],
+                                      [[9.0, 9.0], [0.0, 0.0], [4.0, 4.0]]])}  # 3 clients, 3 units, 2 inputs
+    mask = {"w.weight": torch.tensor([[0.0, 5.0, 9.0], [4.0, 0.0, 9.0], [0.0, 0.0, 9.0]])}  # |m| > 0 is sent
+    accepted = torch.tensor([True, True, False])  # client 2's upload was rejected
+    out = aggregate_bases(base, mask, accepted, sparsity=0.0)["w.weight"]
+    # unit 0: only client 1 sent (5); unit 1: only client 0 (2); unit 2: clients 0, 1 (mean of 3 and 7)
+    expected_units = torch.tensor([5.0, 2.0, 5.0])
+    for c in range(3):
+        assert torch.equal(out[c], expected_units[:, None].expand(3, 2))
+    nobody = aggregate_bases(base, {"w.weight": torch.zeros(3, 3)}, accepted, sparsity=0.0)["w.weight"]
+    assert torch.equal(nobody, base["w.weight"])  # units nobody sent stay local
+
+
+def test_served_model_prunes_small_adaptive_weights_and_adds_the_knowledge_base():
+    g = torch.Generator().manual_seed(0)
+    b, a = (torch.randn(2, 3, 4, generator=g) for _ in range(2))
+    k = torch.randn(1, 3, 4, generator=g)  # a knowledge base of one entry
+    a[0, 0, 0], a[1, 2, 3] = 5e-4, -5e-4  # below λ1 = 1e-3: pruned when served
+    m, alpha = torch.randn(2, 3, generator=g), torch.tensor([[0.5], [-1.0]])
+    variables = {"base/l.weight": b, "mask/l.weight": m, "adaptive/l.weight": a, "attention/l.weight": alpha,
+                 "bias/l.bias": torch.zeros(2, 3)}
+    served = compose(variables, {"l.weight": k}, prune=1e-3)["l.weight"]
+    pruned = a.clone()
+    pruned[0, 0, 0] = pruned[1, 2, 3] = 0.0
+    expected = b * torch.sigmoid(m)[:, :, None] + pruned + alpha[:, :, None] * k
+    torch.testing.assert_close(served, expected, rtol=0, atol=0)
+
+
+def test_apd_drift_term_is_the_reconstruction_error_of_past_task_weights():
+    """λ2/2 Σ_i ‖B ⊙ σ(m_i) + A_i − θ_i*‖² over past tasks, from only Σσ(m_i)² and the anchor."""
+    g = torch.Generator().manual_seed(1)
+    theta0 = {"l.weight": torch.randn(1, 3, 4, generator=g), "l.bias": torch.zeros(1, 3)}
+    parts = Decomposed.start(theta0, knowledge=0)
+    tasks = []
+    for _ in range(2):  # two finished tasks, each with its own mask and adaptive part
+        parts = parts.with_variables({**parts.variables(), "mask/l.weight": torch.randn(1, 3, generator=g),
+                                      "adaptive/l.weight": torch.randn(1, 3, 4, generator=g)})
+        tasks.append((parts.mask["l.weight"].clone(), parts.adaptive["l.weight"].clone()))
+        parts = parts.new_task()
+    anchor = parts.anchor["l.weight"]
+    targets = [anchor * torch.sigmoid(m)[:, :, None] + a for m, a in tasks]  # θ_i* when task 2 began
+    moved = {**parts.variables(), "base/l.weight": anchor + torch.randn(1, 3, 4, generator=g)}
+    b = moved["base/l.weight"]
+    explicit = sum(((b * torch.sigmoid(m)[:, :, None] + a - target) ** 2).sum() for (m, a), target in zip(tasks, targets))
+    term = AdditiveComposition({}, parts.anchor, parts.retro, lambda1=0.0, lambda2=2.0).penalty(moved)
+    torch.testing.assert_close(term, explicit.reshape(1), rtol=1e-5, atol=1e-6)  # λ2/2 = 1
+    # and the new task starts from the current base: A = B / 3, σ(m) = ½
+    torch.testing.assert_close(parts.adaptive["l.weight"], anchor / 3)
+    torch.testing.assert_close(parts.compose()["l.weight"], anchor * (0.5 + 1 / 3))
+
+
+def test_fedweit_l1_makes_task_adaptive_weights_sparse(digits):
+    """λ1 prunes: a larger λ1 leaves fewer served adaptive weights (|A| > λ1)."""
+    engine = _engine(digits, [0, 0, 1, 1], seed=2)
+    share = {}
+    for lam in (1e-4, 1e-2):
+        state = FedWeIT(rounds=5, lambda1=lam).cold_start(engine, seed=3)
+        a = state.extras["adaptive"]["hidden.weight"]
+        share[lam] = float((a.abs() > lam).float().mean())
+    assert share[1e-2] < share[1e-4] - 0.2
+
+
+def test_each_device_is_served_by_its_composed_model(digits):
+    engine = _engine(digits, [0, 0, 1, 1], seed=4)
+    for method in (FedWeIT(rounds=2), FedProxAPD(rounds=2)):
+        state = method.cold_start(engine, seed=5)
+        assert [sorted(c.devices) for c in state.clustering.clusters] == [[0], [1], [2], [3]]
+        served = Decomposed.from_extras(state.extras).compose(prune=method.lambda1)
+        for k, v in served.items():
+            assert torch.equal(state.clustering.params[k], v)
+    apd = FedProxAPD(rounds=2).cold_start(engine, seed=5)
+    bases = apd.extras["base"]["hidden.weight"]
+    assert all(torch.equal(bases[0], bases[d]) for d in range(4))  # σ is the federation's
+
+
+def test_ssgd_decays_the_rate_per_timestep_and_learns(digits):
+    engine = _engine(digits, [0, 0, 0, 0], seed=6)
+    state = FedProxSSGD(rounds=20, gamma=0.5).cold_start(engine, seed=1)
+    assert len(state.clustering.clusters) == 1
+    assert engine.accuracy(state.clustering.params, np.zeros(4, dtype=int)).mean() > 0.6  # 0.1 untrained
+    # γ = 1 and γ = 0.5 train t = 0 alike (η·γ⁰) but differ from t = 1 on
+    later = [FedProxSSGD(rounds=2, gamma=g).step(state, engine, t=1, seed=1).clustering.params for g in (1.0, 0.5)]
+    assert not torch.equal(later[0]["hidden.weight"], later[1]["hidden.weight"])
+
+
+@pytest.mark.parametrize("method", [FedWeIT, FedProxAPD, FedProxSSGD], ids=lambda m: m.name)
+def test_resume_after_interruption_is_bit_identical(digits, method, tmp_path):
+    schedule = make_schedule("multitask", 4, 3)
+
+    def run(directory, stop_after=None):
+        def engine_at(t):
+            return _engine(digits, schedule[:, t], seed=timestep_seed(10, t))
+
+        return run_continual(method(rounds=2), engine_at, schedule, seed=10, checkpoint_dir=directory,
+                             fingerprint="test", stop_after=stop_after)
+
+    full_rows, full_state = run(tmp_path / "full")
+    run(tmp_path / "resumed", stop_after=1)  # "interrupted" after t = 1
+    shutil.rmtree(tmp_path / "resumed" / "t_001")  # and its last checkpoint was lost
+    rows, state = run(tmp_path / "resumed")
+    assert rows == full_rows
+    for k, v in full_state.clustering.params.items():
+        assert torch.equal(state.clustering.params[k], v)
+    for name, tensors in full_state.extras.items():
+        for k, v in tensors.items():
+            assert torch.equal(state.extras[name][k], v)
