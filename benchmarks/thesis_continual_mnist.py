@@ -27,6 +27,9 @@ THESIS = {
     "feddrift": {"S1": (96.55, 95.94), "S2": (97.83, 95.25), "A1": (89.83, 84.49), "A2": (89.26, 85.58)},
     "fedprox_ewc": {"S1": (93.51, 90.21), "S2": (90.26, 49.15), "A1": (83.29, 81.11), "A2": (81.14, 79.42)},
     "fedavg": {},
+    "fedprox_apd": {"S1": (97.23, 93.47), "S2": (86.59, 80.48), "A1": (85.83, 81.69), "A2": (83.65, 81.81)},
+    "fedprox_ssgd": {"S1": (96.42, 94.82), "S2": (89.20, 49.98), "A1": (86.18, 82.80), "A2": (85.61, 83.16)},
+    "fedweit": {"S1": (97.81, 94.39), "S2": (87.98, 84.34), "A1": (88.62, 85.16), "A2": (87.84, 83.64)},
 }
 
 
@@ -89,7 +92,7 @@ def summarize(args) -> None:
                         runs.append(result["summary"]["accuracy"] * 100)
                         clusters.append(result["rows"][-1]["n_clusters"])
                         reuse.append(result["summary"]["concept_reuse_rate"])
-                        walls.append(f"{a} {np.mean([r['wall_s'] for r in result['rows'][1:]]):.0f}")
+                        walls.append(f"{a} {_wall_per_timestep(RunLayout(Path(args.out) / f'{st}_{sc}'), a, seed):.0f}")
                 if runs:
                     se = f" ± {np.std(runs, ddof=1) / np.sqrt(len(runs)):.2f}" if len(runs) > 1 else ""
                     extra = f"{np.mean(clusters):g}" + ("" if reuse[0] is None else f", {np.mean(reuse):.2f}")
@@ -99,6 +102,18 @@ def summarize(args) -> None:
                 th = THESIS[a].get(sc)
                 cells.append(f"{th[0 if st == 'sequential' else 1]:.2f}" if th else "—")
             print(f"| {st} | {sc} | " + " | ".join(cells) + f" | {'; '.join(walls) or '—'} |")
+
+
+def _wall_per_timestep(layout, algorithm: str, seed: int) -> float:
+    """Mean wall seconds of timesteps 1..T from the run's ``wall_times`` log (the last
+    record of each timestep, if resumed)."""
+    walls = {}
+    path = layout.wall_times
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        w = json.loads(line)
+        if w["algorithm"] == algorithm and w["seed"] == seed and w["t"] > 0:
+            walls[w["t"]] = w["wall_s"]
+    return float(np.mean(list(walls.values()))) if walls else float("nan")
 
 
 def main() -> None:
