@@ -178,7 +178,8 @@ def test_served_model_prunes_small_adaptive_weights_and_adds_the_knowledge_base(
 
 
 def test_apd_drift_term_is_the_reconstruction_error_of_past_task_weights():
-    """λ2/2 Σ_i ‖B ⊙ σ(m_i) + A_i − θ_i*‖² over past tasks, from only Σσ(m_i)² and the anchor."""
+    """The drift term pulls B as λ2/2 Σ_i ‖B ⊙ σ(m_i) + A_i − θ_i*‖² over past tasks does
+    (same gradient), from only Σσ(m_i)² and the anchor."""
     g = torch.Generator().manual_seed(1)
     theta0 = {"l.weight": torch.randn(1, 3, 4, generator=g), "l.bias": torch.zeros(1, 3)}
     parts = Decomposed.start(theta0, knowledge=0)
@@ -190,11 +191,13 @@ def test_apd_drift_term_is_the_reconstruction_error_of_past_task_weights():
         parts = parts.new_task()
     anchor = parts.anchor["l.weight"]
     targets = [anchor * torch.sigmoid(m)[:, :, None] + a for m, a in tasks]  # θ_i* when task 2 began
-    moved = {**parts.variables(), "base/l.weight": anchor + torch.randn(1, 3, 4, generator=g)}
+    moved = {**parts.variables(), "base/l.weight": (anchor + torch.randn(1, 3, 4, generator=g)).requires_grad_(True)}
     b = moved["base/l.weight"]
     explicit = sum(((b * torch.sigmoid(m)[:, :, None] + a - target) ** 2).sum() for (m, a), target in zip(tasks, targets))
     term = AdditiveComposition({}, parts.anchor, parts.retro, lambda1=0.0, lambda2=2.0).penalty(moved)
-    torch.testing.assert_close(term, explicit.reshape(1), rtol=1e-5, atol=1e-6)  # λ2/2 = 1
+    (want,) = torch.autograd.grad(explicit, [b])  # λ2/2 = 1
+    (got,) = torch.autograd.grad(term.sum(), [b])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     # and the new task starts from the current base: A = B / 3, σ(m) = ½
     torch.testing.assert_close(parts.adaptive["l.weight"], anchor / 3)
     torch.testing.assert_close(parts.compose()["l.weight"], anchor * (0.5 + 1 / 3))

@@ -30,6 +30,7 @@ import torch
 
 from clusterfed.algorithms import Cluster, Clustering
 from clusterfed.engine import Round, StackedParams
+from clusterfed.engine.composed import quadratic
 from clusterfed.models import is_regularized
 
 #: The trained parts (``variables``) and the bookkeeping kept beside them.
@@ -146,14 +147,15 @@ class AdditiveComposition:
         return compose(variables, self.knowledge)
 
     def penalty(self, variables: StackedParams) -> torch.Tensor:
+        """λ1‖A‖₁ plus the quadratic terms as gradient surrogates (``engine/composed.py``)."""
         total = 0.0
         for k, b in ((n.split("/", 1)[1], v) for n, v in variables.items() if n.startswith("base/")):
             a = variables[f"adaptive/{k}"]
             total = total + self.lambda1 * a.abs().flatten(1).sum(1)
-            drift = _units(self.retro[k], b) * (b - self.anchor[k]).square()
-            total = total + 0.5 * self.lambda2 * drift.flatten(1).sum(1)
+            pull = self.lambda2 * _units(self.retro[k], b) * (b - self.anchor[k])
             if self.mu and self.center is not None:
-                total = total + 0.5 * self.mu * (b - self.center[k]).square().flatten(1).sum(1)
+                pull = pull + self.mu * (b - self.center[k])
+            total = total + quadratic(b, pull)
         return total
 
 

@@ -28,6 +28,7 @@ from clusterfed.algorithms.protocol import Context
 from clusterfed.continual.baselines import ContinualFedAvg
 from clusterfed.continual.state import ContinualState
 from clusterfed.engine import Engine, StackedParams
+from clusterfed.engine.composed import quadratic
 from clusterfed.hyperparams import Param
 from clusterfed.registry import register
 
@@ -43,7 +44,7 @@ class Proximal:
         return variables
 
     def penalty(self, variables: StackedParams) -> torch.Tensor:
-        return sum(0.5 * self.mu * (v - self.center[k]).square().flatten(1).sum(1) for k, v in variables.items())
+        return sum(quadratic(v, self.mu * (v - self.center[k])) for k, v in variables.items())
 
 
 @register
