@@ -38,6 +38,15 @@ def _poison_uploads(monkeypatch):
                 for k, v in trained.items()}
 
     monkeypatch.setattr(engine_module, "local_sgd", sgd)
+    honest_composed = engine_module.composed_sgd  # FedWeIT, APD, Stable SGD: decomposed/dropout uploads
+
+    def composed(model, variables, composition, data, device_idx, **kw):
+        trained = honest_composed(model, variables, composition, data, device_idx, **kw)
+        rows = device_idx == POISONED
+        return {k: torch.where(rows.view(-1, *([1] * (v.dim() - 1))), torch.full_like(v, 1e30), v)
+                for k, v in trained.items()}
+
+    monkeypatch.setattr(engine_module, "composed_sgd", composed)
 
 
 def _poison_data(engine: Engine) -> Engine:
