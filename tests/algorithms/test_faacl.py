@@ -80,6 +80,70 @@ def test_support_is_restricted_to_partitions(s2_engine):
         assert all(partition[s] == partition[d] for s in c.sup)
 
 
+def _support_before_issue_17(engine, clustering, *, alpha, epsilon, partition_of_device=None):
+    """Alg. 2 as it was computed before issue 17: every model on every device, one
+    Python-assembled test per (C1, C2, d); returns each cluster's support set."""
+    from clusterfed.stats import significant, support_pvalues
+
+    clusters = clustering.clusters
+    losses = engine.losses(clustering.params, "val").cpu().numpy()
+    counts = engine.data.val.counts.cpu().numpy()
+    part = [0 if partition_of_device is None else int(partition_of_device[min(c.devices)]) for c in clusters]
+    tests, own, other = [], [], []
+    for i, c1 in enumerate(clusters):
+        for j in range(len(clusters)):
+            if i != j and part[i] == part[j]:
+                for d in c1.devices:
+                    tests.append((i, j))
+                    own.append(losses[i, d, : counts[d]])
+                    other.append(losses[j, d, : counts[d]])
+    ok = significant(support_pvalues(own, other, epsilon), alpha)
+    failed = {t for t, good in zip(tests, ok) if not good}
+    return [
+        {clusters[j].id for j in range(len(clusters)) if (i, j) in set(tests) - failed}
+        for i in range(len(clusters))
+    ]
+
+
+@pytest.mark.parametrize("partition", [None, [0, 1, 0, 1, 0, 1, 1, 0, 0, 1], [0, 0, 0, 0, 1, 1, 1, 1, 1, 1]])
+def test_support_by_partition_equals_the_full_evaluation(digits, partition):
+    fed = build_scenario(digits, "S2", group_sizes=[5, 5], seed=55)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    gen = torch.Generator().manual_seed(0)
+    clustering = cluster_initialization(engine, gen, init_epochs=10)
+    # clusters of several devices: merge two pairs, then test again
+    clustering = cluster_merge(cluster_support(engine, clustering, alpha=0.1, epsilon=0.5), np.random.default_rng(0))
+    part = None if partition is None else np.asarray(partition)
+    edges = 0
+    for eps in (0.05, 0.5, 2.0):
+        out = cluster_support(engine, clustering, alpha=0.1, epsilon=eps, partition_of_device=part)
+        expected = _support_before_issue_17(engine, clustering, alpha=0.1, epsilon=eps, partition_of_device=part)
+        assert [set(c.sup) for c in out.clusters] == expected
+        edges += sum(len(s) for s in expected)
+    assert edges > 0 and len(clustering.clusters) < 10  # the comparison is not empty
+
+
+def test_faacl_clusters_and_rounds_unchanged_by_partial_evaluation(digits, monkeypatch):
+    import clusterfed.algorithms.faacl as faacl
+
+    fed = build_scenario(digits, "S2", group_sizes=[5, 5], seed=55)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    runs = []
+    for support in (faacl.cluster_support, None):
+        if support is None:
+            def support(engine, clustering, **kw):
+                sups = _support_before_issue_17(engine, clustering, **kw)
+                return Clustering(
+                    tuple(Cluster(c.id, c.devices, frozenset(s)) for c, s in zip(clustering.clusters, sups)),
+                    clustering.params,
+                )
+        monkeypatch.setattr(faacl, "cluster_support", support)
+        result = FAACL(alpha=0.1, epsilon=0.5, init_epochs=40, rounds=3).fit(engine, seed=55)
+        runs.append(([sorted(c.devices) for c in result.clusters], [h["accuracy"] for h in result.history]))
+    assert runs[0] == runs[1]
+    assert adjusted_rand_score(fed.groups, result.model_of_device) == 1.0
+
+
 def test_cluster_train_uses_supporters_data(s2_engine):
     _, engine = s2_engine
     clustering = cluster_initialization(engine, torch.Generator().manual_seed(0), init_epochs=1)

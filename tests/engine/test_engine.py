@@ -116,6 +116,43 @@ def test_losses_and_accuracy_match_per_model_forward(a2_engine):
     assert acc[0] == pytest.approx((net(test.x[0, :n]).argmax(1) == test.y[0, :n]).float().mean().item())
 
 
+def _one_chunk_losses(model, params, data):
+    """The engine's evaluation before issue 17: every model on every padded sample, one
+    shared-input forward per 8192 samples."""
+    from clusterfed.engine.stacked import n_models, stacked_forward
+
+    x, y = data.x.flatten(0, 1), data.y.flatten()
+    out = []
+    for s in range(0, len(y), 8192):
+        logits = stacked_forward(model, params, x[s : s + 8192], shared_input=True)
+        out.append(F.cross_entropy(logits.flatten(0, 1), y[s : s + 8192].repeat(len(logits)), reduction="none"))
+    return torch.cat(out).view(n_models(params), *data.y.shape)
+
+
+@pytest.mark.parametrize("architecture", ["mlp", "cnn"])
+@pytest.mark.parametrize("max_rows", [None, 7, 192, 700, 3000])
+def test_losses_of_some_models_on_some_devices_equal_the_full_evaluation_exactly(digits, architecture, max_rows):
+    from clusterfed.engine.evaluation import all_pairs_losses
+
+    fed = build_scenario(digits, "A2", group_sizes=[5, 5], seed=3)  # devices of two sizes: padding
+    engine = Engine(fed, model=architecture, device="cpu")
+    params = engine.init_params(10, torch.Generator().manual_seed(0), distinct=True)
+    val = engine.data.val
+    full = _one_chunk_losses(engine.model, params, val)
+    rows, devices = [1, 4, 7], np.array([0, 2, 3, 9])
+    for r, d in [(list(range(10)), np.arange(10)), (rows, devices)]:
+        if max_rows is None:  # the engine's own chunking (eval_rows)
+            out = engine.losses(take(params, r), "val", devices=d)
+        else:
+            out = all_pairs_losses(
+                engine.model, take(params, r), val, devices=torch.as_tensor(d), max_rows=max_rows
+            )
+        mask = val.mask[d]
+        assert out.shape == (len(r), len(d), val.y.shape[1])
+        assert torch.equal(out[:, mask], full[r][:, d][:, mask])  # bit for bit on the pairs computed
+        assert not out[:, ~mask].any()  # padding is 0
+
+
 def test_non_finite_updates_are_rejected_and_counted(digits):
     fed = build_scenario(digits, "S0", group_sizes=[4], seed=0)
     engine = Engine(fed, hidden=32, training=TrainingConfig(lr=LR), device="cpu")

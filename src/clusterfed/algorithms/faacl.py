@@ -53,36 +53,46 @@ def cluster_support(
     """Alg. 2: C2 ∈ C1.sup iff every device of C1 finds C2's model no worse than C1's,
     by the one-sided Wilcoxon test on its validation losses (ε tolerance, level α).
 
-    All cluster models are evaluated on all validation data in one batched forward.
+    Only clusters of the same partition are compared (H-FAACL's ``partition_of_device``;
+    flat: one partition), so each partition's models are evaluated on that partition's
+    devices only, one engine call per partition holding two clusters or more (memory
+    bounded by ``Engine.losses``). Every (C1, C2, d) test is then gathered from those
+    losses by indexing and all p-values come from one ``support_pvalues`` call.
     Support sets are recomputed from scratch each call, so they always name current
-    clusters. With ``partition_of_device`` (H-FAACL), only clusters of the same
-    partition are compared.
+    clusters.
     """
     clusters = clustering.clusters
-    losses = engine.losses(clustering.params, "val").cpu().numpy()  # [M, n, max_val]
+    m = len(clusters)
+    n = engine.n_devices
     counts = engine.counts("val")
-    partition = _partition_of_cluster(clusters, partition_of_device)
-    tests, own, other = [], [], []
-    for i, c1 in enumerate(clusters):
-        for j, c2 in enumerate(clusters):
-            if i == j or partition[i] != partition[j]:
-                continue
-            for d in c1.devices:
-                tests.append((i, j))
-                own.append(losses[i, d, : counts[d]])
-                other.append(losses[j, d, : counts[d]])
-    p = support_pvalues(own, other, epsilon)
-    rejected: set[tuple[int, int]] = {t for t, ok in zip(tests, significant(p, alpha)) if not ok}
-    compared = set(tests)
+    cluster_of_device = np.full(n, -1, dtype=np.int64)
+    for i, c in enumerate(clusters):
+        cluster_of_device[list(c.devices)] = i
+    partition = np.asarray(_partition_of_cluster(clusters, partition_of_device))
+    own, other, sizes, c1, c2 = [], [], [], [], []
+    for part in np.unique(partition):
+        rows = np.flatnonzero(partition == part)  # the partition's clusters (rows of params)
+        if len(rows) < 2:
+            continue
+        devices = np.flatnonzero(np.isin(cluster_of_device, rows))
+        losses = engine.losses(take(clustering.params, rows), "val", devices=devices).cpu().numpy()
+        own_row = np.searchsorted(rows, cluster_of_device[devices])  # [n_p] local row of d's cluster
+        k, j = np.nonzero(np.arange(len(rows))[None, :] != own_row[:, None])  # device k tests model j
+        own.append(losses[own_row[k], k])
+        other.append(losses[j, k])
+        sizes.append(counts[devices[k]])
+        c1.append(rows[own_row[k]])
+        c2.append(rows[j])
+    compared = partition[:, None] == partition[None, :]
+    np.fill_diagonal(compared, False)
+    failed = np.zeros((m, m), dtype=bool)
+    if own:
+        p = support_pvalues(np.concatenate(own), np.concatenate(other), epsilon, counts=np.concatenate(sizes))
+        np.logical_or.at(failed, (np.concatenate(c1), np.concatenate(c2)), ~significant(p, alpha))
+    supported = compared & ~failed
     new = tuple(
-        Cluster(
-            id=c1.id,
-            devices=c1.devices,
-            sup=frozenset(
-                clusters[j].id for j in range(len(clusters)) if (i, j) in compared - rejected
-            ),
-        )
-        for i, c1 in enumerate(clusters)
+        Cluster(id=c.id, devices=c.devices, sup=frozenset(clusters[j].id for j in np.flatnonzero(supported[i])))
+        for i, c in enumerate(clusters)
     )
     return Clustering(clusters=new, params=clustering.params)
 

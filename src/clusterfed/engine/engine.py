@@ -18,6 +18,8 @@ from torch import nn
 from clusterfed.engine.aggregation import weighted_average
 from clusterfed.engine.composed import Composition, composed_sgd
 from clusterfed.engine.evaluation import (
+    EVAL_BUDGET_BYTES,
+    activation_floats,
     all_pairs_losses,
     mean_loss_gradients,
     own_model_accuracy,
@@ -143,6 +145,8 @@ class Engine:
         self.data = FederationTensors.from_federation(federation, self.device)
         self.n_devices = federation.n_devices
         self._tallies: list[Tally] = []  # open Engine.tally scopes
+        # (model, sample) rows per evaluation forward: its activations stay within the budget
+        self.eval_rows = max(1, EVAL_BUDGET_BYTES // (4 * activation_floats(self.model, federation.input_shape)))
 
     def init_params(self, n_models: int, generator: torch.Generator, *, distinct: bool) -> StackedParams:
         """``n_models`` starting models: one shared random θ (thesis Alg. 1) or distinct draws."""
@@ -362,9 +366,13 @@ class Engine:
         screened = self.screen({"gradient": torch.as_tensor(gradients)}, devices)  # each row is an upload
         return screened.params["gradient"].numpy()
 
-    def losses(self, params: StackedParams, split: str = "val") -> torch.Tensor:
-        """Per-sample losses ``[M, n_devices, max_n]`` of every model on every device."""
-        return all_pairs_losses(self.model, params, self.data.split(split))
+    def losses(self, params: StackedParams, split: str = "val", *, devices: np.ndarray | None = None) -> torch.Tensor:
+        """Per-sample losses ``[M, len(devices), max_n]`` of every model on the split of
+        ``devices`` (default: every device); padding entries are 0. Only the requested
+        devices are evaluated, in forwards of at most ``eval_rows`` (model, sample) rows,
+        so the working memory beyond the output is bounded (``all_pairs_losses``)."""
+        index = None if devices is None else torch.as_tensor(devices, dtype=torch.long, device=self.device)
+        return all_pairs_losses(self.model, params, self.data.split(split), devices=index, max_rows=self.eval_rows)
 
     def own_losses(self, params: StackedParams, model_of_device: np.ndarray, split: str = "val") -> torch.Tensor:
         """Per-sample losses ``[n_devices, max_n]`` of each device's own model on its split."""
@@ -378,7 +386,7 @@ class Engine:
             y=torch.as_tensor(y, device=self.device)[None],
             counts=torch.as_tensor([len(y)], device=self.device),
         )
-        return all_pairs_losses(self.model, params, split)[:, 0].cpu().numpy()
+        return all_pairs_losses(self.model, params, split, max_rows=self.eval_rows)[:, 0].cpu().numpy()
 
     def mean_losses(self, params: StackedParams, split: str = "train") -> torch.Tensor:
         """Mean loss ``[M, n_devices]`` of every model on every device's split."""

@@ -11,26 +11,68 @@ from clusterfed.engine.stacked import StackedParams, n_models, stacked_forward, 
 from clusterfed.engine.tensors import PaddedSplit
 
 
+EVAL_BUDGET_BYTES = 256 * 2**20  # activations of one evaluation forward (the bound below)
+# Samples per forward at least: narrower GEMMs take other BLAS kernels, whose sums differ
+# in the last bit from the one-chunk evaluation (tests/engine: equal to it exactly).
+MIN_SAMPLES = 128
+
+
+def activation_floats(model: nn.Module, input_shape: tuple[int, ...]) -> int:
+    """Floats one sample leaves in the outputs of the template's leaf modules (its
+    activations), measured once by a forward with hooks; the evaluation chunk size."""
+    sizes: list[int] = []
+    hooks = [
+        m.register_forward_hook(lambda _m, _i, out: sizes.append(out[0].numel()))
+        for m in model.modules()
+        if not list(m.children())
+    ]
+    try:
+        with torch.no_grad():
+            p = next(model.parameters())
+            model(torch.zeros(1, *input_shape, dtype=p.dtype, device=p.device))
+    finally:
+        for h in hooks:
+            h.remove()
+    return max(1, sum(sizes))
+
+
 @torch.no_grad()
 def all_pairs_losses(
-    model: nn.Module, params: StackedParams, data: PaddedSplit, *, chunk: int = 8192
+    model: nn.Module,
+    params: StackedParams,
+    data: PaddedSplit,
+    *,
+    devices: torch.Tensor | None = None,
+    max_rows: int = 2**16,
 ) -> torch.Tensor:
-    """Cross-entropy of every model on every device's samples, ``[M, n_devices, max_n]``.
+    """Cross-entropy of every model on the samples of ``devices`` (default: all),
+    ``[M, len(devices), max_n]``; entries past a device's count are 0 (``data.mask``).
 
-    Each chunk of samples is pushed through all M models in one batched forward.
-    Entries past a device's count are padding (use ``data.mask``).
+    Only real samples are evaluated: they are pushed through the models in chunks of
+    at most ``max_rows`` (model, sample) rows, one batched forward per chunk with the
+    samples shared by the chunk's models. Peak memory is therefore the output
+    (4·M·|devices|·max_n bytes), the selected inputs, and one chunk's activations:
+    at most max(``max_rows``, 128) × (activation floats per sample, ``activation_floats``)
+    × 4 bytes, whatever M and the number of devices (the engine sizes ``max_rows`` so that
+    this is ``EVAL_BUDGET_BYTES``).
     """
-    x = data.x.flatten(0, 1)
-    y = data.y.flatten()
-    out = []
-    for start in range(0, len(y), chunk):
-        logits = stacked_forward(model, params, x[start : start + chunk], shared_input=True)
-        yb = y[start : start + chunk]
-        out.append(
-            F.cross_entropy(logits.flatten(0, 1), yb.repeat(logits.shape[0]), reduction="none")
-            .view(logits.shape[0], -1)
-        )
-    return torch.cat(out, 1).view(n_models(params), *data.y.shape)
+    mask = data.mask if devices is None else data.mask[devices]
+    x = (data.x if devices is None else data.x[devices])[mask]
+    y = (data.y if devices is None else data.y[devices])[mask]
+    where = torch.nonzero(mask.flatten()).flatten()  # each real sample's slot in the output
+    m = n_models(params)
+    per_forward = max(1, min(m, max_rows // MIN_SAMPLES))
+    pieces = max(1, -(-len(y) // max(MIN_SAMPLES, max_rows // per_forward)))
+    bounds = [len(y) * i // pieces for i in range(pieces + 1)]  # even: no narrow last piece
+    out = torch.zeros(m, *mask.shape, dtype=torch.float32, device=y.device)
+    slots = out.view(m, -1)
+    for m0 in range(0, m, per_forward):
+        chunk = {k: v[m0 : m0 + per_forward] for k, v in params.items()}
+        for s0, s1 in zip(bounds[:-1], bounds[1:]):
+            logits = stacked_forward(model, chunk, x[s0:s1], shared_input=True)
+            ce = F.cross_entropy(logits.flatten(0, 1), y[s0:s1].repeat(logits.shape[0]), reduction="none")
+            slots[m0 : m0 + per_forward, where[s0:s1]] = ce.view(logits.shape[0], -1)
+    return out
 
 
 @torch.no_grad()

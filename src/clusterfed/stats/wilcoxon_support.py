@@ -8,42 +8,69 @@ tolerance ε: ``wilcoxon(l_own + ε, l_other, alternative="greater")`` with p �
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
 
 
 def support_pvalues(
-    own_losses: Sequence[np.ndarray], other_losses: Sequence[np.ndarray], epsilon: float
+    own_losses: Sequence[np.ndarray] | np.ndarray,
+    other_losses: Sequence[np.ndarray] | np.ndarray,
+    epsilon: float,
+    *,
+    counts: np.ndarray | None = None,
 ) -> np.ndarray:
     """p-values of H1: ``own + ε > other`` for many tests; one SciPy call per sample size.
 
-    ``own_losses[i]`` and ``other_losses[i]`` are paired per-sample losses of test i.
-    A test whose differences are all zero has no evidence either way: p = 1.
+    Test i pairs ``own_losses[i]`` with ``other_losses[i]``: either two sequences of
+    1-D arrays, or two ``[T, L]`` arrays whose first ``counts[i]`` entries of row i are
+    the samples (the layout of the engine's padded losses, so a caller assembles all
+    its tests by indexing, with no loop per test). A test whose differences are all
+    zero, or that has no sample, has no evidence either way: p = 1.
     """
     from scipy.stats import wilcoxon  # 1-2 s to import: not on every `clusterfed validate`
 
-    if len(own_losses) != len(other_losses):
-        raise ValueError("own_losses and other_losses must hold the same number of tests")
-    p = np.ones(len(own_losses))
-    by_size: dict[int, list[int]] = defaultdict(list)
-    for i, (a, b) in enumerate(zip(own_losses, other_losses)):
-        if len(a) != len(b):
-            raise ValueError(f"test {i}: {len(a)} own losses but {len(b)} other losses")
-        by_size[len(a)].append(i)
-    for size, tests in by_size.items():
-        if size == 0:
+    if counts is None:
+        own_losses, other_losses, counts = _padded(own_losses, other_losses)
+    own = np.asarray(own_losses, dtype=np.float64)
+    other = np.asarray(other_losses, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.int64)
+    if own.shape != other.shape or own.ndim != 2 or counts.shape != own.shape[:1]:
+        raise ValueError(
+            f"own losses {own.shape}, other losses {other.shape} and counts {counts.shape} "
+            "must be [T, L], [T, L] and [T]"
+        )
+    p = np.ones(len(counts))
+    for size in np.unique(counts):
+        if size <= 0:
             continue
-        own = np.stack([own_losses[i] for i in tests]).astype(np.float64)
-        other = np.stack([other_losses[i] for i in tests]).astype(np.float64)
-        diff = own + epsilon - other
+        tests = np.flatnonzero(counts == size)
+        diff = own[tests, :size] + epsilon - other[tests, :size]
         nonzero = np.any(diff != 0, axis=1)
         if nonzero.any():
             with np.errstate(all="ignore"):
                 res = wilcoxon(diff[nonzero], alternative="greater", axis=1)
-            p[np.asarray(tests)[nonzero]] = np.nan_to_num(res.pvalue, nan=1.0)
+            p[tests[nonzero]] = np.nan_to_num(res.pvalue, nan=1.0)
     return p
+
+
+def _padded(
+    own_losses: Sequence[np.ndarray], other_losses: Sequence[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ragged per-test losses as ``[T, L]`` arrays and their counts."""
+    if len(own_losses) != len(other_losses):
+        raise ValueError("own_losses and other_losses must hold the same number of tests")
+    counts = np.array([len(a) for a in own_losses], dtype=np.int64)
+    for i, (a, b) in enumerate(zip(own_losses, other_losses)):
+        if len(a) != len(b):
+            raise ValueError(f"test {i}: {len(a)} own losses but {len(b)} other losses")
+    width = int(counts.max(initial=0))
+    own = np.zeros((len(counts), width))
+    other = np.zeros((len(counts), width))
+    for i, (a, b) in enumerate(zip(own_losses, other_losses)):
+        own[i, : len(a)] = a
+        other[i, : len(b)] = b
+    return own, other, counts
 
 
 def significant(p: np.ndarray | float, alpha: float) -> np.ndarray:
