@@ -106,7 +106,7 @@ def cluster_merge(clustering: Clustering, rng: np.random.Generator) -> Clusterin
     listed only one of them drops it until the next support test.
     """
     clusters = list(clustering.clusters)
-    by_id = {c.id: c for c in clusters}
+    position = {c.id: i for i, c in enumerate(clusters)}
     old: set[int] = set()
     merged: dict[int, tuple[Cluster, int]] = {}  # C1.id -> (C', row of kept θ)
     replaced: dict[frozenset[int], int] = {}
@@ -114,13 +114,15 @@ def cluster_merge(clustering: Clustering, rng: np.random.Generator) -> Clusterin
     for c1 in clusters:
         if c1.id in old:
             continue
-        for c2 in clusters:
+        # C1's supporters in cluster order: only they can be mutually supportive with it
+        for j in sorted(position[s] for s in c1.sup if s in position):
+            c2 = clusters[j]
             if c2.id == c1.id or c2.id in old:
                 continue
-            if c1.id in c2.sup and c2.id in c1.sup:
+            if c1.id in c2.sup:
                 keep = (c1, c2)[int(rng.integers(2))]
                 new = Cluster(id=next_id, devices=c1.devices | c2.devices, sup=c1.sup & c2.sup)
-                merged[c1.id] = (new, clustering.index(keep.id))
+                merged[c1.id] = (new, position[keep.id])
                 replaced[frozenset({c1.id, c2.id})] = next_id
                 old |= {c1.id, c2.id}
                 next_id += 1
@@ -136,7 +138,8 @@ def cluster_merge(clustering: Clustering, rng: np.random.Generator) -> Clusterin
         elif c.id not in old:
             out.append(c)
             rows.append(i)
-    out = [Cluster(c.id, c.devices, _remap_sup(c.sup, replaced, old)) for c in out]
+    partner = {a: (b, new) for pair, new in replaced.items() for a, b in (tuple(pair), tuple(pair)[::-1])}
+    out = [Cluster(c.id, c.devices, _remap_sup(c.sup, partner, old)) for c in out]
     return Clustering(clusters=tuple(out), params=take(clustering.params, rows))
 
 
@@ -204,6 +207,27 @@ def settle_clusters(
     return clustering
 
 
+def pair_partitions(partition_of_device: np.ndarray, order: str, rng: np.random.Generator) -> np.ndarray:
+    """Alg. 6's next level: partitions merged two by two, as labels ``0..⌈P/2⌉-1`` per device.
+
+    ``order="random"``: pairs sampled without repetition at random (the box: "P_i, P_j
+    sampled non-repeatedly from 𝒫"), so which devices first meet follows no device
+    order, in particular not the ground-truth groups. ``order="authors"``: partition k
+    is merged with partition P−1−k in device order (the authors' code, whose devices
+    alternate between groups). With an odd P one partition waits a level alone.
+    """
+    labels, inverse = np.unique(partition_of_device, return_inverse=True)
+    k = len(labels)
+    if order == "random":
+        new = np.empty(k, dtype=np.int64)
+        new[rng.permutation(k)] = np.arange(k) // 2
+    elif order == "authors":
+        new = np.minimum(np.arange(k), k - 1 - np.arange(k))
+    else:
+        raise ValueError(f"partition_order: unknown order {order!r}; expected 'random' or 'authors'")
+    return new[inverse]
+
+
 @dataclass(frozen=True)
 class FAACLState:
     """Where FAACL stands: the clustering, the phase, the rounds made in it, and for
@@ -221,9 +245,14 @@ class FAACL(ColdStart[FAACLState]):
     """Federated Adaptive Asymmetric Clustered Learning (thesis Alg. 5 and 6).
 
     Clustering rounds (train, record, support test, merge) run until the device
-    partition stops changing (flat, at most ``max_rounds``) or for
-    ``rounds_per_level`` rounds per level of the hierarchy; then ``rounds`` training
-    rounds (Alg. 4). Parameters are declared in ``hyperparameters`` (Table B.1).
+    partition stops changing: over all devices (flat, at most ``max_rounds``), or per
+    level of the hierarchy (at most ``rounds_per_level``), whose first level pairs the
+    singleton partitions of Alg. 1 (``pair_partitions``: a level of singletons would
+    compare nothing) and whose partitions then merge two by two until one is left;
+    then ``rounds`` training rounds (Alg. 4). Each round evaluates a partition's
+    models on that partition's devices only (``cluster_support``), so a level costs
+    O(n × clusters per partition) instead of flat's O(n × clusters). Parameters are
+    declared in ``hyperparameters`` (Table B.1).
     """
 
     name = "faacl"
@@ -236,8 +265,11 @@ class FAACL(ColdStart[FAACLState]):
               choices=("flat", "hierarchical")),
         Param("init_epochs", 5, "local epochs of Alg. 1's initial training", kind=int, gt=0),
         Param("max_rounds", 20, "cap on the flat loop's train/support/merge rounds", kind=int, gt=0),
-        Param("rounds_per_level", 3, "train/support/merge rounds per level of H-FAACL (the authors' code)",
-              kind=int, gt=0),
+        Param("rounds_per_level", 3, "cap on the train/support/merge rounds of one H-FAACL level, which ends "
+              "earlier once a round merges nothing (3: the authors' code)", kind=int, gt=0),
+        Param("partition_order", "random", "how H-FAACL pairs partitions: at random under the seed (Alg. 6) or "
+              "partition k with partition len-1-k in device order (authors: the authors' code)", kind=str,
+              choices=("random", "authors")),
         Param("supporter_weight", 1.0, "scale of a supporter device's training-set size in Alg. 4's average (1: the box)",
               ge=0.0, le=1.0),
     )
@@ -247,15 +279,18 @@ class FAACL(ColdStart[FAACLState]):
     init_epochs: int
     max_rounds: int
     rounds_per_level: int
+    partition_order: str
     supporter_weight: float
 
     def expected_rounds(self, n_devices: int) -> int:
-        levels = int(np.ceil(np.log2(max(n_devices, 2)))) + 1
+        levels = int(np.ceil(np.log2(max(n_devices, 2))))
         return self.rounds + (self.max_rounds if self.variant == "flat" else levels * self.rounds_per_level)
 
     def init(self, engine: Engine, ctx: Context) -> FAACLState:
         clustering = cluster_initialization(engine, ctx.generator, init_epochs=self.init_epochs)
-        partition = None if self.variant == "flat" else np.arange(engine.n_devices)
+        partition = None
+        if self.variant == "hierarchical":  # level 0's singleton partitions compare nothing: pair them now
+            partition = pair_partitions(np.arange(engine.n_devices), self.partition_order, ctx.rng)
         return FAACLState(clustering, before=clustering.partition(), partition_of_device=partition)
 
     def finished(self, state: FAACLState, rounds_done: int) -> bool:
@@ -287,27 +322,17 @@ class FAACL(ColdStart[FAACLState]):
         )
         clustering = cluster_merge(clustering, ctx.rng)
         state = replace(state, clustering=clustering, rounds_in_phase=n)
+        stable = clustering.partition() == state.before  # this round merged nothing
         if self.variant == "flat":
-            if clustering.partition() == state.before or n >= self.max_rounds:
+            if stable or n >= self.max_rounds:
                 return self._training(state)
             return state
-        if n < self.rounds_per_level:
+        if not stable and n < self.rounds_per_level:
             return state
-        return self._next_level(state)
-
-    def _next_level(self, state: FAACLState) -> FAACLState:
-        """Alg. 6: flat FAACL inside partitions that double in size each level.
-
-        Partition i is folded with partition len−1−i (the authors' code). Unlike the
-        box, whose loop stops once one partition is left, the last level also runs
-        flat FAACL, or the two final halves could never merge.
-        """
-        partition = state.partition_of_device
-        labels = np.unique(partition)
-        if len(labels) == 1:
+        if len(np.unique(state.partition_of_device)) == 1:
             return self._training(state)
-        fold = {int(lab): min(k, len(labels) - 1 - k) for k, lab in enumerate(labels)}
-        return replace(state, rounds_in_phase=0, partition_of_device=np.array([fold[int(p)] for p in partition]))
+        partition = pair_partitions(state.partition_of_device, self.partition_order, ctx.rng)
+        return replace(state, rounds_in_phase=0, partition_of_device=partition)
 
     def _training(self, state: FAACLState) -> FAACLState:
         return replace(state, phase="training" if self.rounds > 0 else "done", rounds_in_phase=0)
@@ -319,7 +344,9 @@ def _partition_of_cluster(clusters, partition_of_device) -> list[int]:
     return [int(partition_of_device[min(c.devices)]) for c in clusters]
 
 
-def _remap_sup(sup: frozenset[int], replaced: dict[frozenset[int], int], old: set[int]) -> frozenset[int]:
+def _remap_sup(sup: frozenset[int], partner: dict[int, tuple[int, int]], old: set[int]) -> frozenset[int]:
+    """Supporters after the merges: old ids dropped, the merged C' listed when both of
+    its parents were (``partner``: old id -> (other parent, C'.id))."""
     out = {s for s in sup if s not in old}
-    out |= {new for pair, new in replaced.items() if pair <= sup}
+    out |= {partner[s][1] for s in sup if s in partner and partner[s][0] in sup}
     return frozenset(out)

@@ -1,0 +1,167 @@
+"""Flat vs hierarchical FAACL as the federation grows (issue 17, items 2-3).
+
+MNIST S2 (two label-shift groups of n/2 devices), as many samples per device as the
+60k train pool allows (60000 // n, 25% of them Z^val; test 10000 // n), the thesis'
+MLP 784-128-10 and SGD (lr 0.01, L2 0.001, batch 10), 5 initial local epochs, α 0.1,
+ε 0.7, cold start until the clustering is stable (flat: a round without merge, at most
+``--max-rounds``; hierarchical: per level, at most ``rounds_per_level`` 3) and one
+training round. For each n, flat and hierarchical run back to back, each in its own
+subprocess (so its peak RSS is its own), and one JSON line per run is appended to
+``--out`` as soon as it ends: re-running the same command skips the runs already there
+(resumable). The load average is recorded before and after each run: on a shared
+machine timings are upper bounds.
+
+    OMP_NUM_THREADS=2 nice -n 10 .venv/bin/python benchmarks/faacl_scale.py \\
+        --n 80 160 320 640 1000 --variants hierarchical flat --flat-max 320 \\
+        --out benchmarks/out/faacl_scale.jsonl
+    .venv/bin/python benchmarks/faacl_scale.py --summarize --out benchmarks/out/faacl_scale.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = "../shared/datasets"
+
+
+def run_one(args) -> dict:
+    import resource
+
+    import numpy as np
+    import torch
+    from sklearn.metrics import adjusted_rand_score
+
+    from clusterfed.algorithms import FAACL
+    from clusterfed.data import load_dataset
+    from clusterfed.engine import Engine, TrainingConfig
+    from clusterfed.scenarios import build_scenario
+
+    torch.set_num_threads(args.threads)
+    n = args.one_n
+    t0 = time.perf_counter()
+    ds = load_dataset("mnist", args.root)
+    fed = build_scenario(ds, args.scenario, group_sizes=[n // 2, n - n // 2], seed=args.seed)
+    engine = Engine(fed, model="mlp", hidden=128, training=TrainingConfig(lr=0.01, l2=0.001, batch_size=10),
+                    device="cpu")
+    setup = time.perf_counter() - t0
+    method = FAACL(alpha=0.1, epsilon=0.7, init_epochs=args.init_epochs, rounds=1, variant=args.one_variant,
+                   max_rounds=args.max_rounds, partition_order=args.partition_order)
+    t0 = time.perf_counter()
+    result = method.fit(engine, seed=args.seed, ground_truth=fed.groups)
+    wall = time.perf_counter() - t0
+    clustering_rounds = sum(h["phase"] == "clustering" for h in result.history)
+    return {
+        "n": n,
+        "variant": args.one_variant,
+        "partition_order": args.partition_order if args.one_variant == "hierarchical" else None,
+        "scenario": args.scenario,
+        "seed": args.seed,
+        "init_epochs": args.init_epochs,
+        "samples_per_device": int(fed.devices[0].n_train + len(fed.devices[0].y_val)),
+        "threads": args.threads,
+        "setup_s": round(setup, 2),
+        "wall_s": round(wall, 2),
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
+        "clustering_rounds": clustering_rounds,
+        "clusters": int(result.n_clusters),
+        "ari": float(adjusted_rand_score(fed.groups, result.model_of_device)),
+        "accuracy": float(np.mean(result.device_accuracy)),
+        "clusters_per_round": [h["n_clusters"] for h in result.history],
+    }
+
+
+def load() -> tuple[float, float, float]:
+    return os.getloadavg()
+
+
+def read(out: Path) -> list[dict]:
+    if not out.exists():
+        return []
+    rows = []
+    for line in out.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return rows
+
+
+def key(row: dict) -> tuple:
+    return (row["n"], row["variant"], row["seed"], row.get("partition_order"))
+
+
+def main(args) -> None:
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for n in args.n:
+        for variant in args.variants:
+            if variant == "flat" and n > args.flat_max:
+                continue
+            k = (n, variant, args.seed, args.partition_order if variant == "hierarchical" else None)
+            if k in {key(r) for r in read(out)}:
+                continue
+            before = load()
+            cmd = [sys.executable, __file__, "--one-n", str(n), "--one-variant", variant, "--root", args.root,
+                   "--seed", str(args.seed), "--init-epochs", str(args.init_epochs), "--threads", str(args.threads),
+                   "--max-rounds", str(args.max_rounds), "--partition-order", args.partition_order,
+                   "--scenario", args.scenario]
+            print(f"[{time.strftime('%H:%M:%S')}] n={n} {variant} load {before[0]:.2f} ...", flush=True)
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            if res.returncode != 0:
+                print(res.stderr[-3000:], flush=True)
+                continue
+            row = json.loads(res.stdout.strip().splitlines()[-1])
+            row["load_before"] = [round(x, 2) for x in before]
+            row["load_after"] = [round(x, 2) for x in load()]
+            with out.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"  {row['wall_s']} s, {row['peak_rss_gb']} GB, {row['clustering_rounds']} rounds, "
+                  f"{row['clusters']} clusters, ARI {row['ari']:.3f}", flush=True)
+
+
+def summarize(args) -> None:
+    rows = sorted(read(Path(args.out)), key=lambda r: (r["n"], r["variant"]))
+    print("| n | samples/device | variant | wall s | peak RSS GB | clustering rounds | clusters | ARI | accuracy | "
+          "load before/after (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        order = f" ({r['partition_order']})" if r.get("partition_order") else ""
+        print(f"| {r['n']} | {r['samples_per_device']} | {r['variant']}{order} | {r['wall_s']:.1f} | "
+              f"{r['peak_rss_gb']:.2f} | {r['clustering_rounds']} | {r['clusters']} | {r['ari']:.3f} | "
+              f"{100 * r['accuracy']:.2f} | {r['load_before'][0]:.1f} / {r['load_after'][0]:.1f} |")
+    hier = {r["n"]: r["wall_s"] for r in rows if r["variant"] == "hierarchical"}
+    ns = sorted(hier)
+    for a, b in zip(ns, ns[1:]):
+        print(f"hierarchical n {a} -> {b}: x{hier[b] / hier[a]:.2f}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, nargs="+", default=[80, 160, 320, 640, 1000])
+    ap.add_argument("--variants", nargs="+", default=["hierarchical", "flat"], choices=["hierarchical", "flat"])
+    ap.add_argument("--flat-max", type=int, default=320, help="largest n run flat")
+    ap.add_argument("--partition-order", default="random", choices=["random", "authors"])
+    ap.add_argument("--scenario", default="S2", choices=["S1", "S2"])
+    ap.add_argument("--seed", type=int, default=10)
+    ap.add_argument("--init-epochs", type=int, default=5)
+    ap.add_argument("--max-rounds", type=int, default=50)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--timeout", type=int, default=3600)
+    ap.add_argument("--root", default=ROOT)
+    ap.add_argument("--out", default="benchmarks/out/faacl_scale.jsonl")
+    ap.add_argument("--summarize", action="store_true")
+    ap.add_argument("--one-n", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--one-variant", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one_n is not None:
+        print(json.dumps(run_one(a)))
+    elif a.summarize:
+        summarize(a)
+    else:
+        main(a)
