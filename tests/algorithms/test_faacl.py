@@ -190,6 +190,49 @@ def test_faacl_recovers_the_two_s2_groups_on_digits(digits, variant):
     assert result.history[-1]["phase"] == "training" and len(result.history) >= 31
 
 
+def test_random_pairs_follow_no_device_order_and_the_authors_fold_does():
+    from clusterfed.algorithms.faacl import pair_partitions
+
+    rng = np.random.default_rng(0)
+    level1 = pair_partitions(np.arange(10), "random", rng)
+    assert sorted(np.bincount(level1).tolist()) == [2] * 5  # singletons paired
+    assert level1.tolist() != pair_partitions(np.arange(10), "random", rng).tolist()  # drawn anew
+    level2 = pair_partitions(level1, "random", rng)
+    assert sorted(np.bincount(level2).tolist()) == [2, 4, 4]  # an odd partition waits alone
+    # the authors' code: partition k with partition P-1-k, in device order
+    assert pair_partitions(np.arange(6), "authors", rng).tolist() == [0, 1, 2, 2, 1, 0]
+    assert pair_partitions(np.array([0, 1, 2, 2, 1, 0]), "authors", rng).tolist() == [0, 1, 0, 0, 1, 0]
+    assert pair_partitions(np.arange(5), "authors", rng).tolist() == [0, 1, 2, 1, 0]
+
+
+@pytest.mark.parametrize("scenario", ["S1", "S2"])
+def test_hierarchical_faacl_finds_the_flat_clusters_and_every_level_compares(digits, scenario, monkeypatch):
+    import clusterfed.algorithms.faacl as faacl
+
+    fed = build_scenario(digits, scenario, group_sizes=[6, 6], seed=10)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    compared = []  # cluster pairs each support test compares
+
+    def counting_support(engine, clustering, **kw):
+        part = kw.get("partition_of_device")
+        labels = np.array([0 if part is None else part[min(c.devices)] for c in clustering.clusters])
+        compared.append(int((labels[:, None] == labels[None, :]).sum() - len(labels)))
+        return support(engine, clustering, **kw)
+
+    support = faacl.cluster_support
+    monkeypatch.setattr(faacl, "cluster_support", counting_support)
+    partitions = {}
+    for variant in ("flat", "hierarchical"):
+        compared.clear()
+        result = FAACL(alpha=0.1, epsilon=0.5, init_epochs=40, rounds=1, variant=variant).fit(engine, seed=10)
+        partitions[variant] = {frozenset(c.devices) for c in result.clusters}
+        assert adjusted_rand_score(fed.groups, result.model_of_device) == 1.0
+        assert min(compared) > 0  # no round (in particular no level) compares nothing
+        if variant == "hierarchical":  # log2(12) rounded up = 4 levels, each until a round merges nothing
+            assert 4 <= len(compared) <= 4 * 3
+    assert partitions["flat"] == partitions["hierarchical"]
+
+
 def test_supporter_weight_is_a_declared_parameter_that_reaches_alg4(digits):
     from clusterfed.config import parse_params
     from clusterfed.build import build_federation
