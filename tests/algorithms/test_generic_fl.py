@@ -52,3 +52,22 @@ def test_fednova_is_fedavg_for_equal_sizes_and_not_otherwise(digits, a2):
     result = FedNova(rounds=4).fit(a2, seed=2)
     assert len(set(local_steps(a2.data.train.counts.numpy(), 10, 1).tolist())) == 2  # unequal τ
     assert _curve(result) != _curve(FedAvg(rounds=4).fit(a2, seed=2))
+
+
+def test_ifca_sampled_devices_estimate_their_identity_alone(a2, monkeypatch):
+    """Only IFCA's sampled devices compute losses; their identities equal the full
+    estimate's, and a round's pairs are the sampled devices with those identities."""
+    import clusterfed.algorithms.baselines as baselines
+    from clusterfed.algorithms import IFCA
+
+    params = a2.init_params(3, torch.Generator().manual_seed(0), distinct=True)
+    full = baselines.estimate_identity(a2, params)
+    some = np.array([1, 4, 6])
+    assert baselines.estimate_identity(a2, params, some).tolist() == full[some].tolist()
+    evaluated = []
+    original = baselines.estimate_identity
+    monkeypatch.setattr(baselines, "estimate_identity",
+                        lambda e, p, d=None: evaluated.append(None if d is None else len(d)) or original(e, p, d))
+    result = IFCA(n_clusters=3, rounds=4, participation=0.5).fit(a2, seed=2)
+    assert evaluated[:4] == [4, 4, 4, 4] and evaluated[4:] == [None]  # 4 of 8 per round; all once at the end
+    assert len(result.history) == 4

@@ -388,10 +388,15 @@ class Engine:
         )
         return all_pairs_losses(self.model, params, split, max_rows=self.eval_rows)[:, 0].cpu().numpy()
 
-    def mean_losses(self, params: StackedParams, split: str = "train") -> torch.Tensor:
-        """Mean loss ``[M, n_devices]`` of every model on every device's split."""
+    def mean_losses(self, params: StackedParams, split: str = "train", *, devices: np.ndarray | None = None) -> torch.Tensor:
+        """Mean loss ``[M, len(devices)]`` of every model on the split of ``devices``
+        (default: every device)."""
         data = self.data.split(split)
-        return (self.losses(params, split) * data.mask).sum(-1) / data.counts.clamp(min=1)
+        mask, counts = data.mask, data.counts
+        if devices is not None:
+            index = torch.as_tensor(devices, dtype=torch.long, device=self.device)
+            mask, counts = mask[index], counts[index]
+        return (self.losses(params, split, devices=devices) * mask).sum(-1) / counts.clamp(min=1)
 
     def accuracy(
         self, params: StackedParams, model_of_device: np.ndarray, split: str = "test"
