@@ -161,3 +161,14 @@ def test_non_finite_updates_are_rejected_and_counted(digits):
     out = engine.train(params, np.zeros(4, dtype=int), np.arange(4), torch.Generator().manual_seed(0))
     assert out.rejected.tolist() == [2]  # the round returns what it rejected
     assert all(torch.isfinite(v).all() for v in out.params.values())
+
+
+def test_own_model_evaluation_in_device_chunks_equals_one_forward(a2_engine):
+    from clusterfed.engine.evaluation import own_model_logits
+
+    params = a2_engine.init_params(3, torch.Generator().manual_seed(5), distinct=True)
+    rows = torch.tensor([2, 0, 1, 1, 0, 2])
+    test = a2_engine.data.test
+    one = own_model_logits(a2_engine.model, params, rows, test, budget=2**40)
+    for budget in (1, 300_000):  # one device per forward; two or three
+        assert torch.equal(own_model_logits(a2_engine.model, params, rows, test, budget=budget), one)
