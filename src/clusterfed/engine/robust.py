@@ -38,30 +38,42 @@ class RobustRule:
     clip_norm: float | None = CLIP_NORM
 
 
-def update_norms(trained: StackedParams, start: StackedParams | None = None) -> torch.Tensor:
+def update_norms(trained: StackedParams, start: StackedParams | None = None, *, chunk: int = 2**24) -> torch.Tensor:
     """‖θ_p − θ_start,p‖ of each row ``[P]`` (‖θ_p‖ when ``start`` is None); NaN/inf
-    when the row is not finite."""
+    when the row is not finite. Rows are taken ``chunk`` elements at a time, so the
+    float64 differences never take more than 8·``chunk`` bytes (not 8·P·|θ|)."""
     total = None
     for k, v in trained.items():
-        d = v if start is None else v - start[k]
-        sq = d.flatten(1).double().pow(2).sum(1)
-        finite = torch.isfinite(d.flatten(1)).all(1)
-        sq = torch.where(finite, sq, torch.full_like(sq, float("nan")))
+        rows = max(1, chunk // max(1, v[0].numel()))
+        parts = []
+        for r0 in range(0, len(v), rows):
+            d = v[r0 : r0 + rows] if start is None else v[r0 : r0 + rows] - start[k][r0 : r0 + rows]
+            sq = d.flatten(1).double().pow(2).sum(1)
+            finite = torch.isfinite(d.flatten(1)).all(1)
+            parts.append(torch.where(finite, sq, torch.full_like(sq, float("nan"))))
+        sq = torch.cat(parts) if parts else v.new_zeros(0, dtype=torch.float64)
         total = sq if total is None else total + sq
     return total.sqrt()
 
 
 def accepted(norms: torch.Tensor, k: float | None = OUTLIER_FACTOR) -> torch.Tensor:
-    """``[P]`` bool: rule 1 (finite) and rule 2 (‖Δ_p‖ ≤ k · leave-one-out median)."""
+    """``[P]`` bool: rule 1 (finite) and rule 2 (‖Δ_p‖ ≤ k · leave-one-out median).
+
+    The leave-one-out lower medians of all rows come from one sort: without row p, the
+    lower median of the n − 1 others is the sorted value at (n − 2) // 2, shifted one
+    up when p itself sorts at or below that position."""
     finite = torch.isfinite(norms)
     keep = finite.clone()
-    if k is None:
-        return keep
     values = norms[finite]
-    for i, p in enumerate(torch.nonzero(finite).flatten().tolist()):
-        others = torch.cat([values[:i], values[i + 1 :]])
-        if len(others) and values[i] > k * others.median():  # lower median for an even count
-            keep[p] = False
+    n = len(values)
+    if k is None or n < 2:
+        return keep
+    ordered, order = values.sort(stable=True)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(n, device=order.device)
+    mid = (n - 2) // 2
+    median_of_others = torch.where(rank <= mid, ordered[mid + 1], ordered[mid])
+    keep[finite] = ~(values > k * median_of_others)
     return keep
 
 
