@@ -4,9 +4,10 @@ MNIST S2 (two label-shift groups of n/2 devices), as many samples per device as 
 60k train pool allows (60000 // n, 25% of them Z^val; test 10000 // n), the thesis'
 MLP 784-128-10 and SGD (lr 0.01, L2 0.001, batch 10), 5 initial local epochs, α 0.1,
 ε 0.7, cold start until the clustering is stable (flat: a round without merge, at most
-``--max-rounds``; hierarchical: per level, at most ``rounds_per_level`` 3) and one
-training round. For each n, flat and hierarchical run back to back, each in its own
-subprocess (so its peak RSS is its own), and one JSON line per run is appended to
+``--max-rounds``; hierarchical: ``--rounds-per-level`` rounds per level, the last
+level until a round merges nothing) and one training round. Each run is its own
+subprocess (so its peak RSS is its own), every n of the first variant, then the
+second's (``--flat-max``: the largest n run flat); one JSON line per run is appended to
 ``--out`` as soon as it ends: re-running the same command skips the runs already there
 (resumable). The load average is recorded before and after each run: on a shared
 machine timings are upper bounds.
@@ -51,7 +52,8 @@ def run_one(args) -> dict:
                     device="cpu")
     setup = time.perf_counter() - t0
     method = FAACL(alpha=0.1, epsilon=0.7, init_epochs=args.init_epochs, rounds=1, variant=args.one_variant,
-                   max_rounds=args.max_rounds, partition_order=args.partition_order)
+                   max_rounds=args.max_rounds, partition_order=args.partition_order,
+                   rounds_per_level=args.rounds_per_level)
     t0 = time.perf_counter()
     result = method.fit(engine, seed=args.seed, ground_truth=fed.groups)
     wall = time.perf_counter() - t0
@@ -60,6 +62,7 @@ def run_one(args) -> dict:
         "n": n,
         "variant": args.one_variant,
         "partition_order": args.partition_order if args.one_variant == "hierarchical" else None,
+        "rounds_per_level": args.rounds_per_level if args.one_variant == "hierarchical" else None,
         "scenario": args.scenario,
         "seed": args.seed,
         "init_epochs": args.init_epochs,
@@ -93,23 +96,27 @@ def read(out: Path) -> list[dict]:
 
 
 def key(row: dict) -> tuple:
-    return (row["n"], row["variant"], row["seed"], row.get("partition_order"))
+    hier = row["variant"] == "hierarchical"
+    return (row["n"], row["variant"], row["seed"], row.get("partition_order"),
+            row.get("rounds_per_level", 3) if hier else None)
 
 
 def main(args) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    for n in args.n:
-        for variant in args.variants:
+    for variant in args.variants:  # every n of one variant, then the next (--variants sets the order)
+        for n in args.n:
             if variant == "flat" and n > args.flat_max:
                 continue
-            k = (n, variant, args.seed, args.partition_order if variant == "hierarchical" else None)
+            hier = variant == "hierarchical"
+            k = (n, variant, args.seed, args.partition_order if hier else None, args.rounds_per_level if hier else None)
             if k in {key(r) for r in read(out)}:
                 continue
             before = load()
             cmd = [sys.executable, __file__, "--one-n", str(n), "--one-variant", variant, "--root", args.root,
                    "--seed", str(args.seed), "--init-epochs", str(args.init_epochs), "--threads", str(args.threads),
                    "--max-rounds", str(args.max_rounds), "--partition-order", args.partition_order,
+                   "--rounds-per-level", str(args.rounds_per_level),
                    "--scenario", args.scenario]
             print(f"[{time.strftime('%H:%M:%S')}] n={n} {variant} load {before[0]:.2f} ...", flush=True)
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -131,11 +138,11 @@ def summarize(args) -> None:
           "load before/after (1 min) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        order = f" ({r['partition_order']})" if r.get("partition_order") else ""
+        order = f" ({r['partition_order']}, {r.get('rounds_per_level', 3)}/level)" if r.get("partition_order") else ""
         print(f"| {r['n']} | {r['samples_per_device']} | {r['variant']}{order} | {r['wall_s']:.1f} | "
               f"{r['peak_rss_gb']:.2f} | {r['clustering_rounds']} | {r['clusters']} | {r['ari']:.3f} | "
               f"{100 * r['accuracy']:.2f} | {r['load_before'][0]:.1f} / {r['load_after'][0]:.1f} |")
-    hier = {r["n"]: r["wall_s"] for r in rows if r["variant"] == "hierarchical"}
+    hier = {r["n"]: r["wall_s"] for r in rows if r["variant"] == "hierarchical" and r.get("rounds_per_level", 3) == 1}
     ns = sorted(hier)
     for a, b in zip(ns, ns[1:]):
         print(f"hierarchical n {a} -> {b}: x{hier[b] / hier[a]:.2f}")
@@ -147,6 +154,7 @@ if __name__ == "__main__":
     ap.add_argument("--variants", nargs="+", default=["hierarchical", "flat"], choices=["hierarchical", "flat"])
     ap.add_argument("--flat-max", type=int, default=320, help="largest n run flat")
     ap.add_argument("--partition-order", default="random", choices=["random", "authors"])
+    ap.add_argument("--rounds-per-level", type=int, default=1)
     ap.add_argument("--scenario", default="S2", choices=["S1", "S2"])
     ap.add_argument("--seed", type=int, default=10)
     ap.add_argument("--init-epochs", type=int, default=5)

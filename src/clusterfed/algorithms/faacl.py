@@ -245,11 +245,15 @@ class FAACL(ColdStart[FAACLState]):
     """Federated Adaptive Asymmetric Clustered Learning (thesis Alg. 5 and 6).
 
     Clustering rounds (train, record, support test, merge) run until the device
-    partition stops changing: over all devices (flat, at most ``max_rounds``), or per
-    level of the hierarchy (at most ``rounds_per_level``), whose first level pairs the
-    singleton partitions of Alg. 1 (``pair_partitions``: a level of singletons would
-    compare nothing) and whose partitions then merge two by two until one is left;
-    then ``rounds`` training rounds (Alg. 4). Each round evaluates a partition's
+    partition stops changing (flat: at most ``max_rounds``). Hierarchical: the first
+    level pairs the singleton partitions of Alg. 1 (``pair_partitions``: a level of
+    singletons would compare nothing), partitions then merge two by two; each level
+    but the last runs ``rounds_per_level`` rounds (fewer if one merges nothing): one by
+    default, Theorem 6's "log n iterations", since the next level's first support test
+    compares the same clusters again among more; the last level, one partition of
+    all devices initialised with the levels' clusters, runs Alg. 5's loop until the
+    partition stops changing (at most ``max_rounds``). Then ``rounds`` training
+    rounds (Alg. 4). Each round evaluates a partition's
     models on that partition's devices only (``cluster_support``), so a level costs
     O(n × clusters per partition) instead of flat's O(n × clusters). Parameters are
     declared in ``hyperparameters`` (Table B.1).
@@ -265,8 +269,9 @@ class FAACL(ColdStart[FAACLState]):
               choices=("flat", "hierarchical")),
         Param("init_epochs", 5, "local epochs of Alg. 1's initial training", kind=int, gt=0),
         Param("max_rounds", 20, "cap on the flat loop's train/support/merge rounds", kind=int, gt=0),
-        Param("rounds_per_level", 3, "cap on the train/support/merge rounds of one H-FAACL level, which ends "
-              "earlier once a round merges nothing (3: the authors' code)", kind=int, gt=0),
+        Param("rounds_per_level", 1, "train/support/merge rounds of each H-FAACL level but the last, fewer when "
+              "a round merges nothing (1: Theorem 6's one iteration per level; the authors' code: 3)",
+              kind=int, gt=0),
         Param("partition_order", "random", "how H-FAACL pairs partitions: at random under the seed (Alg. 6) or "
               "partition k with partition len-1-k in device order (authors: the authors' code)", kind=str,
               choices=("random", "authors")),
@@ -284,7 +289,7 @@ class FAACL(ColdStart[FAACLState]):
 
     def expected_rounds(self, n_devices: int) -> int:
         levels = int(np.ceil(np.log2(max(n_devices, 2))))
-        return self.rounds + (self.max_rounds if self.variant == "flat" else levels * self.rounds_per_level)
+        return self.rounds + (self.max_rounds if self.variant == "flat" else (levels - 1) * self.rounds_per_level + 2)
 
     def init(self, engine: Engine, ctx: Context) -> FAACLState:
         clustering = cluster_initialization(engine, ctx.generator, init_epochs=self.init_epochs)
@@ -327,10 +332,10 @@ class FAACL(ColdStart[FAACLState]):
             if stable or n >= self.max_rounds:
                 return self._training(state)
             return state
+        if len(np.unique(state.partition_of_device)) == 1:  # the last level: Alg. 5's loop
+            return self._training(state) if stable or n >= self.max_rounds else state
         if not stable and n < self.rounds_per_level:
             return state
-        if len(np.unique(state.partition_of_device)) == 1:
-            return self._training(state)
         partition = pair_partitions(state.partition_of_device, self.partition_order, ctx.rng)
         return replace(state, rounds_in_phase=0, partition_of_device=partition)
 
