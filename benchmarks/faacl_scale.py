@@ -54,9 +54,9 @@ def run_one(args) -> dict:
     method = FAACL(alpha=0.1, epsilon=0.7, init_epochs=args.init_epochs, rounds=1, variant=args.one_variant,
                    max_rounds=args.max_rounds, partition_order=args.partition_order,
                    rounds_per_level=args.rounds_per_level)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     result = method.fit(engine, seed=args.seed, ground_truth=fed.groups)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     clustering_rounds = sum(h["phase"] == "clustering" for h in result.history)
     return {
         "n": n,
@@ -70,6 +70,7 @@ def run_one(args) -> dict:
         "threads": args.threads,
         "setup_s": round(setup, 2),
         "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),  # user + system CPU of the fit: less sensitive to the machine's load
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
         "clustering_rounds": clustering_rounds,
         "clusters": int(result.n_clusters),
@@ -134,18 +135,22 @@ def main(args) -> None:
 
 def summarize(args) -> None:
     rows = sorted(read(Path(args.out)), key=lambda r: (r["n"], r["variant"]))
-    print("| n | samples/device | variant | wall s | peak RSS GB | clustering rounds | clusters | ARI | accuracy | "
-          "load before/after (1 min) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| n | samples/device | variant | wall s | CPU s | peak RSS GB | clustering rounds | clusters | ARI | "
+          "accuracy % | load before/after (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         order = f" ({r['partition_order']}, {r.get('rounds_per_level', 3)}/level)" if r.get("partition_order") else ""
-        print(f"| {r['n']} | {r['samples_per_device']} | {r['variant']}{order} | {r['wall_s']:.1f} | "
+        cpu = f"{r['cpu_s']:.1f}" if "cpu_s" in r else "—"
+        print(f"| {r['n']} | {r['samples_per_device']} | {r['variant']}{order} | {r['wall_s']:.1f} | {cpu} | "
               f"{r['peak_rss_gb']:.2f} | {r['clustering_rounds']} | {r['clusters']} | {r['ari']:.3f} | "
               f"{100 * r['accuracy']:.2f} | {r['load_before'][0]:.1f} / {r['load_after'][0]:.1f} |")
-    hier = {r["n"]: r["wall_s"] for r in rows if r["variant"] == "hierarchical" and r.get("rounds_per_level", 3) == 1}
-    ns = sorted(hier)
-    for a, b in zip(ns, ns[1:]):
-        print(f"hierarchical n {a} -> {b}: x{hier[b] / hier[a]:.2f}")
+    for what in ("wall_s", "cpu_s"):
+        hier = {r["n"]: r[what] for r in rows
+                if r["variant"] == "hierarchical" and r.get("rounds_per_level", 3) == 1 and what in r}
+        ns = sorted(hier)
+        steps = ", ".join(f"{a} -> {b}: x{hier[b] / hier[a]:.2f}" for a, b in zip(ns, ns[1:]))
+        if steps:
+            print(f"\nhierarchical {what} growth: {steps}")
 
 
 if __name__ == "__main__":
