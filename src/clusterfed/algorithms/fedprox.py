@@ -21,10 +21,12 @@ from clusterfed.registry import register
 
 
 def proximal_penalty(params: StackedParams, mu: float) -> QuadraticPenalty:
-    """μ/2 ‖w − w^t‖² for every model row of ``params`` (its own w^t)."""
+    """μ/2 ‖w − w^t‖² for every model row of ``params`` (its own w^t): μ is one value
+    broadcast as a view, and the centre is ``params`` itself (the engine modifies
+    neither), so no model-sized copy is made."""
     return QuadraticPenalty(
-        weight={k: torch.full_like(v, mu) for k, v in params.items()},
-        center={k: v.clone() for k, v in params.items()},
+        weight={k: v.new_full((1,) * v.dim(), mu).expand_as(v) for k, v in params.items()},
+        center=dict(params),
     )
 
 

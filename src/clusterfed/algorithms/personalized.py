@@ -94,7 +94,7 @@ class Ditto(_Personalized):
 
     def configure_round(self, engine, state, participants, ctx):
         n = engine.n_devices
-        pull = proximal_penalty(take(state.w, [0] * n), self.lam)  # centred on w^t, a row per device
+        pull = proximal_penalty({k: v.expand(n, *v.shape[1:]) for k, v in state.w.items()}, self.lam)  # w^t, a view per device
         v = engine.local_models(state.personal, participants, participants, ctx.generator, penalty=pull).params
         personal = replace_rows(state.personal, participants, v, _finite(engine, v))
         return super().configure_round(engine, replace(state, personal=personal), participants, ctx)

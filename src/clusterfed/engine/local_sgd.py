@@ -61,9 +61,11 @@ def autograd_sgd_step(
 
 @dataclass(frozen=True)
 class QuadraticPenalty:
-    """``½ Σ w ⊙ (θ − c)²`` per pair: FedProx's proximal term (w = μ, c = global model)
-    and EWC's (w = λ·F, c = previous task's model) are both of this form, and their
-    sum is again one: w = w1 + w2, c = (w1·c1 + w2·c2) / w."""
+    """``½ Σ w ⊙ (θ − c)²`` with one row of w and c per *model* (``local_sgd`` pulls each
+    pair to its model's row; rows may be broadcast views, e.g. a scalar μ): FedProx's
+    proximal term (w = μ, c = global model) and EWC's (w = λ·F, c = previous task's
+    model) are both of this form, and their sum is again one: w = w1 + w2,
+    c = (w1·c1 + w2·c2) / w."""
 
     weight: StackedParams
     center: StackedParams
