@@ -172,6 +172,9 @@ def _train_chunk(step_fn, params, data, device_of_pair, orders, *, pull, objecti
     pad = n_steps * batch_size - data.x.shape[1]
     positions = torch.arange(batch_size, device=counts.device)
     rows = device_of_pair[:, None]
+    n_full = int(counts.min()) // batch_size  # steps in which every pair has a full batch
+    ones = torch.ones(len(counts), batch_size, device=counts.device)
+    full_weight, everyone = ones / ones.sum(1, keepdim=True), ones[:, 0]
     for order, second in orders:
         if pad > 0:
             order = F.pad(order, (0, pad))
@@ -179,9 +182,12 @@ def _train_chunk(step_fn, params, data, device_of_pair, orders, *, pull, objecti
         for step in range(n_steps):
             cols = slice(step * batch_size, (step + 1) * batch_size)
             idx = order[:, cols]
-            valid = ((step * batch_size + positions)[None, :] < counts[:, None]).to(torch.float32)
-            weight = valid / valid.sum(1, keepdim=True).clamp(min=1)  # batch mean
-            active = valid.any(1).to(torch.float32)
+            if step < n_full:
+                weight, active = full_weight, everyone
+            else:
+                valid = ((step * batch_size + positions)[None, :] < counts[:, None]).to(torch.float32)
+                weight = valid / valid.sum(1, keepdim=True).clamp(min=1)  # batch mean
+                active = valid.any(1).to(torch.float32)
             if pull is not None:  # gradient at the pre-step θ, applied after the step
                 pull.gradient(params, active)
             xb, yb = data.x[rows, idx], data.y[rows, idx]
