@@ -6,16 +6,18 @@ for FLACC's MNIST CNN (5×5 convs 32/64, FC 512; ``--flacc``) or the default CNN
 (3×3, 16/32, FC 128). Variants of the stacked forward, all checked against the
 device-by-device reference (one ``nn.Module`` per model) before timing:
 
-- ``grouped``: the engine's ``CNN.stacked_forward`` (one grouped conv, groups = M);
-- ``grouped_cl``: the same with channels-last tensors;
+- ``engine``: the engine's ``CNN.stacked_forward`` (one grouped conv, groups = M,
+  channels-last since this benchmark);
+- ``grouped_nchw``: the same grouped convs in the NCHW layout (the engine before);
 - ``loop``: one ordinary conv per model inside one autograd graph (then cat);
 - ``im2col``: each conv as ``unfold`` + one batched matmul over the M models;
 - ``compiled``: ``torch.compile`` of the grouped step (``--compile``; compile time excluded).
 
 The **limit** is the same FLOPs done the best way the CPU knows: ONE model through
 the same network on a batch of M·B images (dense convs, no groups), forward and
-backward, timed the same way. "within 1.5× of the limit" = variant time ≤ 1.5 ×
-limit time. FLOPs per image are counted analytically. Medians of ``--reps``,
+backward, timed the same way, in NCHW and in channels-last: the faster of the two. "within 1.5× of the limit" = variant time ≤ 1.5 ×
+limit time. FLOPs per image are counted analytically. Two warm-up calls each, then ``--reps``
+repetitions that time every variant once in turn (interleaved), medians;
 ``/proc/loadavg`` before and after. Writes ``benchmarks/out/cnn_step[_flacc].json``.
 
     .venv/bin/python benchmarks/cnn_step.py --flacc --models 20 --batch 10
@@ -84,15 +86,15 @@ def im2col_forward(params, x):
     return _stacked_linear(params["output.weight"], params["output.bias"], h.relu(), False)
 
 
-def grouped_cl_forward(params, x):
+def grouped_nchw_forward(params, x):
     m, n = x.shape[:2]
     pad = params["conv1.weight"].shape[-1] // 2
-    xs = x.transpose(0, 1).reshape(n, -1, *x.shape[-2:]).contiguous(memory_format=torch.channels_last)
-    w1 = params["conv1.weight"].flatten(0, 1).contiguous(memory_format=torch.channels_last)
+    xs = x.transpose(0, 1).reshape(n, -1, *x.shape[-2:])
+    w1 = params["conv1.weight"].flatten(0, 1)
     h = F.max_pool2d(F.conv2d(xs, w1, params["conv1.bias"].flatten(), padding=pad, groups=m).relu(), 2)
-    w2 = params["conv2.weight"].flatten(0, 1).contiguous(memory_format=torch.channels_last)
+    w2 = params["conv2.weight"].flatten(0, 1)
     h = F.max_pool2d(F.conv2d(h, w2, params["conv2.bias"].flatten(), padding=pad, groups=m).relu(), 2)
-    h = h.contiguous().view(n, m, -1).transpose(0, 1)
+    h = h.view(n, m, -1).transpose(0, 1)
     h = _stacked_linear(params["hidden.weight"], params["hidden.bias"], h, False)
     return _stacked_linear(params["output.weight"], params["output.bias"], h.relu(), False)
 
@@ -123,16 +125,6 @@ def reference(template, params, x, y):
     return {k: torch.stack([o[k] for o in out]) for k in out[0]}
 
 
-def timed(fn, reps: int) -> list[float]:
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return times
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", default="/work/shared/datasets")
@@ -159,8 +151,8 @@ def main() -> None:
         params[name] = torch.stack([torch.nn.init.uniform_(torch.empty_like(p), -0.1, 0.1, generator=g) for _ in range(M)])
 
     variants = {
-        "grouped": lambda p: autograd_sgd_step(template, p, x, y, w, lr=LR, l2=L2),
-        "grouped_cl": lambda p: step_with(grouped_cl_forward, p, x, y, w),
+        "engine": lambda p: autograd_sgd_step(template, p, x, y, w, lr=LR, l2=L2),
+        "grouped_nchw": lambda p: step_with(grouped_nchw_forward, p, x, y, w),
         "loop": lambda p: step_with(loop_forward, p, x, y, w),
         "im2col": lambda p: step_with(im2col_forward, p, x, y, w),
     }
@@ -177,17 +169,30 @@ def main() -> None:
         equal[name] = all(torch.allclose(p[kk], ref[kk], rtol=1e-4, atol=1e-5) for kk in p)
 
     one = copy.deepcopy(template)
+    one_cl = copy.deepcopy(template).to(memory_format=torch.channels_last)
     xb, yb = x.flatten(0, 1), y.flatten()
+    xb_cl = xb.contiguous(memory_format=torch.channels_last)
 
-    def limit():
-        one.zero_grad()
-        F.cross_entropy(one(xb), yb).backward()
+    def dense(net, images):
+        net.zero_grad()
+        F.cross_entropy(net(images), yb).backward()
 
     load_before = loadavg()
-    times = {"limit (one model, M·B images)": timed(limit, args.reps)}
-    for name, fn in variants.items():
-        p = {kk: v.clone() for kk, v in params.items()}
-        times[name] = timed(lambda: fn(p), args.reps)
+    runs = {"limit nchw": lambda: dense(one, xb), "limit channels_last": lambda: dense(one_cl, xb_cl)}
+    state = {name: {kk: v.clone() for kk, v in params.items()} for name in variants}
+    runs.update({name: (lambda fn=fn, p=state[name]: fn(p)) for name, fn in variants.items()})
+    for fn in runs.values():  # two warm-up calls each (oneDNN primitives, allocator)
+        fn()
+        fn()
+    raw = {name: [] for name in runs}
+    for _ in range(args.reps):  # interleaved: every repetition times each variant once
+        for name, fn in runs.items():
+            t0 = time.perf_counter()
+            fn()
+            raw[name].append(time.perf_counter() - t0)
+    dense_times = {"nchw": raw.pop("limit nchw"), "channels_last": raw.pop("limit channels_last")}
+    best = min(dense_times, key=lambda k: statistics.median(dense_times[k]))
+    times = {"limit (one model, M·B images)": dense_times[best], **raw}
     load_after = loadavg()
     gflop = flops_per_image(c1, c2, k, hidden) * M * B / 1e9
     med = {name: statistics.median(t) for name, t in times.items()}
@@ -199,7 +204,8 @@ def main() -> None:
         "median_ms": {n: 1000 * t for n, t in med.items()},
         "gflops": {n: gflop / t for n, t in med.items()},
         "over_limit": {n: t / lim for n, t in med.items()},
-        "equals_reference": equal, "seconds": times,
+        "equals_reference": equal, "seconds": times, "limit_layout": best,
+        "limit_ms_by_layout": {k: 1000 * statistics.median(t) for k, t in dense_times.items()},
     }
     out = Path(args.out or Path(__file__).parent / "out" / f"cnn_step{'_flacc' if args.flacc else ''}.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -139,25 +139,26 @@ class CNN(nn.Module):
         params: Params, x: torch.Tensor, *, shared_input: bool, dropout: Dropout | None = None
     ) -> torch.Tensor:
         """Logits ``[M, N, K]`` by grouped convolutions (one group per model);
-        ``dropout`` (training only) transforms the dense hidden activations."""
+        ``dropout`` (training only) transforms the dense hidden activations.
+
+        Images and kernels go channels-last: oneDNN's fast path for grouped convs on
+        CPU (one SGD step of 20 default CNNs 3.1x faster, of 20 FLACC CNNs 1.17x;
+        ``benchmarks/cnn_step.py``), the same values as the NCHW layout."""
         m = params["conv1.weight"].shape[0]
         pad = params["conv1.weight"].shape[-1] // 2
+        last = torch.channels_last
+        w1 = params["conv1.weight"].flatten(0, 1).contiguous(memory_format=last)
+        w2 = params["conv2.weight"].flatten(0, 1).contiguous(memory_format=last)
         if shared_input:  # [N, C, H, W]: every model sees the same images
-            h = F.conv2d(
-                x, params["conv1.weight"].flatten(0, 1), params["conv1.bias"].flatten(), padding=pad
-            )
+            h = F.conv2d(x.contiguous(memory_format=last), w1, params["conv1.bias"].flatten(), padding=pad)
         else:  # [M, N, C, H, W] -> [N, M*C, H, W]
             n = x.shape[1]
-            x = x.transpose(0, 1).reshape(n, -1, *x.shape[-2:])
-            h = F.conv2d(
-                x, params["conv1.weight"].flatten(0, 1), params["conv1.bias"].flatten(), padding=pad, groups=m
-            )
+            x = x.transpose(0, 1).reshape(n, -1, *x.shape[-2:]).contiguous(memory_format=last)
+            h = F.conv2d(x, w1, params["conv1.bias"].flatten(), padding=pad, groups=m)
         h = F.max_pool2d(h.relu(), 2)
-        h = F.conv2d(
-            h, params["conv2.weight"].flatten(0, 1), params["conv2.bias"].flatten(), padding=pad, groups=m
-        )
-        h = F.max_pool2d(h.relu(), 2)  # [N, M*c2, h, w]
-        h = h.view(h.shape[0], m, -1).transpose(0, 1)  # [M, N, features]
+        h = F.conv2d(h, w2, params["conv2.bias"].flatten(), padding=pad, groups=m)
+        h = F.max_pool2d(h.relu(), 2)  # [N, M*c2, h, w], channels-last
+        h = h.contiguous().view(h.shape[0], m, -1).transpose(0, 1)  # [M, N, features] in (c, h, w) order
         h = _stacked_linear(params["hidden.weight"], params["hidden.bias"], h, False).relu()
         h = h if dropout is None else dropout(h)
         return _stacked_linear(params["output.weight"], params["output.bias"], h, False)
