@@ -119,11 +119,14 @@ def local_sgd(
     ``objective`` replaces the plain SGD step by Per-FedAvg's or pFedMe's.
     Inputs are not modified.
 
-    Pairs are independent, so they train in chunks of at most ``CHUNK_FLOATS``
+    Pairs are independent, so with an analytic step (the MLP: small-batch steps bound
+    by streaming the weights) they train in chunks of at most ``CHUNK_FLOATS``
     parameters, each chunk through all its epochs before the next: a chunk's models
     stay in cache across steps (with all 100 MNIST MLPs at once, each step streamed
-    40 MB of weights). Pairs are ordered by model, then by decreasing sample count,
-    so a chunk holds devices of similar size and stops when its largest is done.
+    40 MB of weights). Autograd steps (the CNN: compute-bound convolutions, fastest as
+    one grouped convolution over all pairs, ``benchmarks/cnn_step.py``) take all pairs
+    at once. Pairs are ordered by model, then by decreasing sample count, so a chunk
+    holds devices of similar size and stops when its largest is done.
     Sample orders are drawn in the caller's pair order, so neither the order nor the
     chunking changes any pair's trajectory.
     """
@@ -144,12 +147,13 @@ def local_sgd(
         device_of_pair, model_of_pair = device_of_pair[perm], model_of_pair[perm]
         orders = [(o[perm], None if s is None else s[perm]) for o, s in orders]
     step_fn = getattr(type(model), "stacked_sgd_step", None)
+    analytic = step_fn is not None
     if step_fn is None:
         def step_fn(p, xb, yb, w, *, lr, l2):
             autograd_sgd_step(model, p, xb, yb, w, lr=lr, l2=l2)
 
     per_pair = sum(v[0].numel() for v in params.values())
-    size = max(1, CHUNK_FLOATS // per_pair)
+    size = max(1, CHUNK_FLOATS // per_pair) if analytic else len(device_of_pair)
     for start in range(0, len(device_of_pair), size):
         rows = slice(start, start + size)
         chunk = {k: v[rows] for k, v in params.items()}  # views: trained in place
