@@ -37,7 +37,7 @@ def main() -> None:
     _, gen = generators(args.seed)  # as FedClust.fit draws θ⁰ and the local epochs
     theta0 = engine.init_params(1, gen, distinct=False)
     theta_hat = local_final_layers(
-        engine, theta0, gen, epochs=params.coldstart.fedclust.init_epochs, training=engine.training
+        engine, theta0, gen, local_epochs=params.coldstart.fedclust.init_epochs, training=engine.training
     )
     distance = proximity_matrix(theta_hat)
     labels = [frozenset(np.unique(d.y_train).tolist()) for d in fed.devices]

@@ -64,7 +64,7 @@ def setup(args):
 
 
 def batched(eng, params, penalty, models, devices, epochs):
-    return eng.local_models(params, models, devices, torch.Generator().manual_seed(1), epochs=epochs, penalty=penalty)
+    return eng.local_models(params, models, devices, torch.Generator().manual_seed(1), local_epochs=epochs, penalty=penalty)
 
 
 def loop(fed, eng, params, penalty, models, devices, epochs):

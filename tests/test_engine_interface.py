@@ -59,3 +59,19 @@ def test_the_check_finds_each_kind_of_offence(tmp_path):
         "bad.py:2 engine.data", "bad.py:3 engine.model", "bad.py:4 assigns .rejected_updates", "bad.py:5 assigns .rejected",
         "bad.py:6 assigns .rejected_by_device",
     ]
+
+
+def test_local_epochs_is_the_one_name_for_local_training_length():
+    """Communication ``rounds`` vs ``local_epochs`` (issue 11, item 6): every engine
+    entry point that trains, and a round's plan, call the local length ``local_epochs``."""
+    import dataclasses
+    import inspect
+
+    from clusterfed.algorithms.protocol import RoundPlan
+    from clusterfed.engine import Engine
+
+    for entry in (Engine.train, Engine.local_models, Engine.local_composed):
+        names = inspect.signature(entry).parameters
+        assert "local_epochs" in names and "epochs" not in names, entry.__name__
+    fields = {f.name for f in dataclasses.fields(RoundPlan)}
+    assert "local_epochs" in fields and "epochs" not in fields

@@ -154,11 +154,11 @@ def test_local_models_average_to_engine_train(s2_three_groups):
     _, engine = s2_three_groups
     params = engine.init_params(2, torch.Generator().manual_seed(0), distinct=True)
     models, devices = np.array([0, 0, 1, 1, 1]), np.array([0, 5, 2, 3, 9])
-    trained = engine.local_models(params, models, devices, torch.Generator().manual_seed(3), epochs=2).params
+    trained = engine.local_models(params, models, devices, torch.Generator().manual_seed(3), local_epochs=2).params
     assert next(iter(trained.values())).shape[0] == 5  # one model per pair
     weights = engine.data.train.counts.float()[torch.as_tensor(devices)]
     mine = weighted_average(trained, torch.as_tensor(models), weights, params)
-    ref = engine.train(params, models, devices, torch.Generator().manual_seed(3), epochs=2).params
+    ref = engine.train(params, models, devices, torch.Generator().manual_seed(3), local_epochs=2).params
     for k in ref:
         torch.testing.assert_close(mine[k], ref[k])
 

@@ -110,13 +110,13 @@ def test_one_round_trains_omega_by_fedavg_and_theta_pulled_to_omega(s2):
     _, gen = generators(4)
     ω0 = full.init_params(1, gen, distinct=False)
     devices = np.arange(fed.n_devices)
-    ω1 = full.train(ω0, np.zeros(fed.n_devices, dtype=np.int64), devices, gen, epochs=3).params
+    ω1 = full.train(ω0, np.zeros(fed.n_devices, dtype=np.int64), devices, gen, local_epochs=3).params
     k = len(result.clusters)
     start = {name: v.expand(k, *v.shape[1:]).clone() for name, v in ω0.items()}
     penalty = QuadraticPenalty(
         weight={name: torch.full_like(v, 0.5) for name, v in start.items()}, center=start
     )
-    θ1 = full.train(start, result.model_of_device, devices, gen, epochs=3, penalty=penalty).params
+    θ1 = full.train(start, result.model_of_device, devices, gen, local_epochs=3, penalty=penalty).params
     for name in ω0:
         torch.testing.assert_close(algo.global_params_[name], ω1[name], rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(result.params[name], θ1[name], rtol=1e-4, atol=1e-5)

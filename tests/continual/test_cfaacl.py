@@ -42,7 +42,7 @@ def concept_models(digits):
         memory.cluster.setdefault(d // 2, {}).setdefault(0, []).append(d)
     clustering = Clustering((Cluster(0, frozenset({0, 1})), Cluster(1, frozenset({2, 3}))), params)
     now = _engine(digits, [1, 0, 0, 1], seed=2)
-    local = now.train(now.init_params(4, gen, distinct=False), np.arange(4), np.arange(4), gen, epochs=40).params
+    local = now.train(now.init_params(4, gen, distinct=False), np.arange(4), np.arange(4), gen, local_epochs=40).params
     own = now.own_losses(local, np.arange(4), "val").numpy()
     cluster_val = now.losses(params, "val").numpy()
     return now, clustering, memory, local, own, cluster_val

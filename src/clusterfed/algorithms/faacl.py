@@ -37,7 +37,7 @@ def cluster_initialization(
     n = engine.n_devices
     params = engine.init_params(n, generator, distinct=False)
     devices = np.arange(n)
-    params = engine.train(params, devices, devices, generator, epochs=init_epochs).params
+    params = engine.train(params, devices, devices, generator, local_epochs=init_epochs).params
     clusters = tuple(Cluster(id=d, devices=frozenset({d})) for d in range(n))
     return Clustering(clusters=clusters, params=params)
 

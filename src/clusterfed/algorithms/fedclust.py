@@ -57,18 +57,18 @@ def local_final_layers(
     theta0: StackedParams,
     generator: torch.Generator,
     *,
-    epochs: int,
+    local_epochs: int,
     training: TrainingConfig,
 ) -> np.ndarray:
     """Alg. 1 lines 3–4 (Alg. 2 lines 1–3 for newcomers): every device of ``engine``
-    trains the single model θ⁰ on its own training data for ``epochs`` local epochs
+    trains the single model θ⁰ on its own training data for ``local_epochs`` local epochs
     of ``training``'s SGD — all devices in one batched call — and uploads only the
     final layer θ̂_d of its *own* trained model (not an average). Returns ``[n, p]``;
     the row of a device whose training diverged is NaN."""
     n = engine.n_devices
     theta0 = {k: v.to(engine.device) for k, v in theta0.items()}
     uploads = engine.local_models(
-        theta0, np.zeros(n, dtype=np.int64), np.arange(n), generator, epochs=epochs, training=training
+        theta0, np.zeros(n, dtype=np.int64), np.arange(n), generator, local_epochs=local_epochs, training=training
     )
     theta_hat = final_layers(uploads.params)
     theta_hat[uploads.rejected] = np.nan
@@ -201,7 +201,7 @@ class FedClust(ColdStart[FedClustState]):
     def init(self, engine: Engine, ctx: Context) -> FedClustState:
         theta0 = engine.init_params(1, ctx.generator, distinct=False)
         theta_hat = local_final_layers(
-            engine, theta0, ctx.generator, epochs=self.init_epochs, training=engine.training
+            engine, theta0, ctx.generator, local_epochs=self.init_epochs, training=engine.training
         )
         labels = hierarchical_clusters(theta_hat, self.lam, self.linkage)
         k = int(labels.max()) + 1
@@ -253,7 +253,7 @@ class FedClust(ColdStart[FedClustState]):
             raise ValueError("the newcomers' engine has another architecture than the fitted one")
         _, gen = generators(seed)
         theta_hat_new = local_final_layers(
-            engine, theta0, gen, epochs=self.init_epochs, training=self.training_
+            engine, theta0, gen, local_epochs=self.init_epochs, training=self.training_
         )
         rows, _ = nearest_cluster(theta_hat_new, self.final_layers_, self.labels_, self.linkage)
         return rows

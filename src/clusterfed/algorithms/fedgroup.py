@@ -123,7 +123,7 @@ class FedGroup(ColdStart[FedGroupState]):
         everyone = np.arange(n)
         zeros = np.zeros(n, dtype=np.int64)
         # Pre-training and the newcomers' cold start need the same thing: each client's Δw from w0.
-        trained = engine.local_models(w0, zeros, everyone, ctx.generator, epochs=self.pretrain_epochs).params
+        trained = engine.local_models(w0, zeros, everyone, ctx.generator, local_epochs=self.pretrain_epochs).params
         delta, ok = updates(engine, w0, zeros, trained)
         delta = delta.double().cpu().numpy()
         pool = np.flatnonzero(ok)

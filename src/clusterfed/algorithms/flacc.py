@@ -252,11 +252,11 @@ class FLACC(ColdStart[FLACCState]):
         M, t = participants, state.t + 1
         if state.quiet < self.N_sep:  # Alg. 1 lines 6–20: ClientUpdate of θ, each upload kept
             plan = RoundPlan(state.theta, np.zeros(len(M), dtype=np.int64), M, phase="clustering",
-                             upload="each", epochs=self.local_epochs, **pair_traffic(state.theta, len(M)))
+                             upload="each", local_epochs=self.local_epochs, **pair_traffic(state.theta, len(M)))
         else:  # lines 22–27: every entity its own federation
             owner = entity_of_device(state.entities, engine.n_devices)
             params = state.clustering.params
-            plan = RoundPlan(params, owner[M], M, epochs=self.local_epochs, **pair_traffic(params, len(M)))
+            plan = RoundPlan(params, owner[M], M, local_epochs=self.local_epochs, **pair_traffic(params, len(M)))
         return replace(state, t=t), plan
 
     def aggregate(self, engine, state, plan, trained, ctx):

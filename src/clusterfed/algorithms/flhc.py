@@ -96,7 +96,7 @@ class FLHC(ColdStart[FLHCState]):
         params = state.clustering.params
         if state.t == self.cluster_round:  # the clustering round: every client sends its update
             everyone = np.arange(engine.n_devices)
-            plan = RoundPlan(params, state.labels, everyone, upload="each", epochs=self.cluster_epochs,
+            plan = RoundPlan(params, state.labels, everyone, upload="each", local_epochs=self.cluster_epochs,
                              phase="clustering", **pair_traffic(params, len(everyone)))
             return state, plan
         phase = "training" if state.t > self.cluster_round else "clustering"  # FedAvg before HC

@@ -83,7 +83,7 @@ class RoundPlan:
     (``Engine.local_models``; the plan it receives then lists the accepted pairs only).
 
     ``bytes_down``/``bytes_up`` are the round's traffic and ``phase`` its label in the
-    history (``"clustering"`` or ``"training"``). ``epochs``, ``penalty``, ``training``,
+    history (``"clustering"`` or ``"training"``). ``local_epochs``, ``penalty``, ``training``,
     ``data`` and ``objective`` (Per-FedAvg's or pFedMe's local step) pass through to
     the engine; ``pair_weight`` scales pair p's |Z^train| in the average (FAACL's
     ``supporter_weight``).
@@ -96,7 +96,7 @@ class RoundPlan:
     bytes_up: int
     phase: Literal["clustering", "training"] = "training"
     upload: Literal["average", "each"] = "average"
-    epochs: int | None = None
+    local_epochs: int | None = None
     penalty: QuadraticPenalty | None = None
     training: TrainingConfig | None = None
     data: PaddedSplit | None = None
@@ -203,7 +203,7 @@ def run_coldstart(
                 extra = {"pair_weight": plan.pair_weight} if plan.pair_weight is not None else {}
                 result = call(
                     plan.params, plan.models, plan.devices, gen,
-                    epochs=plan.epochs, data=plan.data, penalty=plan.penalty, training=plan.training,
+                    local_epochs=plan.local_epochs, data=plan.data, penalty=plan.penalty, training=plan.training,
                     objective=plan.objective, **extra,
                 )
                 trained = result.params

@@ -254,7 +254,7 @@ class StoCFL(ColdStart[StoCFLState]):
             bytes_down=len(new) * size + 2 * len(S) * size,
             bytes_up=len(new) * Ψ.shape[1] * Ψ.itemsize + 2 * len(S) * size,
             phase="clustering" if changed else "training",
-            epochs=self.local_epochs,
+            local_epochs=self.local_epochs,
             penalty=penalty,
             training=state.local,
         )

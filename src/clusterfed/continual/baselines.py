@@ -79,7 +79,7 @@ class FedDrift(ContinualMethod):
         next_id = previous.next_id()
         clusters += [Cluster(next_id + k, frozenset({d})) for k, d in enumerate(founders)]
         fresh = engine.init_params(len(founders), gen, distinct=False)
-        fresh = engine.train(fresh, np.arange(len(founders)), np.asarray(founders), gen, epochs=self.init_epochs).params
+        fresh = engine.train(fresh, np.arange(len(founders)), np.asarray(founders), gen, local_epochs=self.init_epochs).params
         params = {k: torch.cat([previous.params[k], fresh[k]]) if previous.clusters else fresh[k] for k in fresh}
         clustering = Clustering(tuple(clusters), params)
         before = {c.id: c.devices for c in clustering.clusters}

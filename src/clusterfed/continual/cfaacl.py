@@ -129,7 +129,7 @@ class CFAACL(ContinualMethod):
         previous, memory = state.clustering, state.memory
         devices = np.arange(n)
         fresh = engine.init_params(n, gen, distinct=False)
-        local = engine.train(fresh, devices, devices, gen, epochs=self.init_epochs).params
+        local = engine.train(fresh, devices, devices, gen, local_epochs=self.init_epochs).params
         counts = engine.counts("val")
         own_val = engine.own_losses(local, devices, "val").cpu().numpy()
         cluster_val = engine.losses(previous.params, "val").cpu().numpy()

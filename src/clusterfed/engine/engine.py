@@ -159,7 +159,7 @@ class Engine:
         device_of_pair: np.ndarray,
         generator: torch.Generator,
         *,
-        epochs: int | None = None,
+        local_epochs: int | None = None,
         data: PaddedSplit | None = None,
         penalty: QuadraticPenalty | None = None,
         training: TrainingConfig | None = None,
@@ -184,7 +184,7 @@ class Engine:
             return Round(params, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         uploads = self.local_models(
             params, model_of_pair, device_of_pair, generator,
-            epochs=epochs, data=data, penalty=penalty, training=training, objective=objective,
+            local_epochs=local_epochs, data=data, penalty=penalty, training=training, objective=objective,
         )
         averaged = self.aggregate(
             uploads.params, model_of_pair, device_of_pair, params,
@@ -227,7 +227,7 @@ class Engine:
         device_of_pair: np.ndarray,
         generator: torch.Generator,
         *,
-        epochs: int | None = None,
+        local_epochs: int | None = None,
         data: PaddedSplit | None = None,
         penalty: QuadraticPenalty | None = None,
         training: TrainingConfig | None = None,
@@ -248,7 +248,7 @@ class Engine:
             start,
             data,
             device_idx,
-            epochs=cfg.local_epochs if epochs is None else epochs,
+            epochs=cfg.local_epochs if local_epochs is None else local_epochs,
             lr=cfg.lr,
             l2=cfg.l2,
             batch_size=cfg.batch_size,
@@ -266,7 +266,7 @@ class Engine:
         device_of_pair: np.ndarray,
         generator: torch.Generator,
         *,
-        epochs: int | None = None,
+        local_epochs: int | None = None,
         training: TrainingConfig | None = None,
         dropout: float = 0.0,
     ) -> Round:
@@ -280,7 +280,7 @@ class Engine:
         device_idx = torch.as_tensor(device_of_pair, dtype=torch.long, device=self.device)
         trained = composed_sgd(
             self.model, variables, composition, self.data.train, device_idx,
-            epochs=cfg.local_epochs if epochs is None else epochs,
+            epochs=cfg.local_epochs if local_epochs is None else local_epochs,
             lr=cfg.lr, l2=cfg.l2, batch_size=cfg.batch_size, generator=generator, dropout=dropout,
         )
         return self.screen(trained, device_of_pair, variables)
