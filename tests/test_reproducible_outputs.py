@@ -22,6 +22,10 @@ PARAMS = {
         "algorithms": ["cfaacl", "fedprox_ewc"], "timesteps": 2, "rounds": 1, "samples_per_device": 40,
         "test_samples_per_device": 10, "cfaacl": {"init_epochs": 2}, "feddrift": {"init_epochs": 2},
     },
+    "unsupervised": {
+        "n_clients": 3, "samples_per_category": 10, "methods": ["fedcref"],
+        "fedcref": {"local_epochs": 1, "fl_rounds": 1, "max_iterations": 2},
+    },
 }
 
 
@@ -35,6 +39,7 @@ def _run_stages(root: Path) -> None:
     stages.partition(params, layout)
     stages.coldstart(params, layout, progress=False)
     stages.continual(params, layout, progress=False)
+    stages.unsupervised(params, layout)
     stages.evaluate(params, layout)
 
 
@@ -44,6 +49,7 @@ def test_every_stage_twice_gives_identical_bytes(tmp_path):
     tracked = {sub: _files(tmp_path / "a" / sub) for sub in ("data", "metrics", "plots")}
     assert tracked == {sub: _files(tmp_path / "b" / sub) for sub in ("data", "metrics", "plots")}
     assert any(name.endswith("state.json") for name in tracked["data"])  # checkpoints are compared too
+    assert any(name.endswith("community_models.safetensors") for name in tracked["data"])  # FedCRef's too
     assert not any(b"wall" in blob for blob in tracked["data"].values())
     walls = [json.loads(line) for line in RunLayout(tmp_path / "a").wall_times.read_text().splitlines()]
     assert [(w["algorithm"], w["t"]) for w in walls] == [(a, t) for a in ("cfaacl", "fedprox_ewc") for t in range(3)]

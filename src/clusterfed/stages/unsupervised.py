@@ -24,7 +24,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-from safetensors.torch import save_file
 
 from clusterfed.algorithms.fedcref import FedCRefParams, fedcref, no_association
 from clusterfed.algorithms.fedcref.baselines import perfect_association
@@ -36,6 +35,7 @@ from clusterfed.evaluation.fedcref_scores import cluster_category, mean_ci95, sc
 from clusterfed.layout import PlotFiles, RunLayout, UnsupervisedOutputs
 from clusterfed.scenarios.unsupervised import CategoryTruth, UnlabelledClients, make_clients
 from clusterfed.stages.files import atomic_dir
+from clusterfed.tensorfile import save_tensors
 
 METHODS = ("fedcref", "perfect", "local")
 CURVE_KEYS = ("communities", "isolated", "wrong_associations", "accuracy", "active_clients")
@@ -98,9 +98,8 @@ def run_unsupervised(section, seeds: list[int], root: str | None, out_dir: Path)
                 _write_json(files.summary, summary)
                 _write_json(files.communities, _communities(result, clients))
                 _write_json(files.graph, _graph(result, clients, truth))
-                save_file({k: v.contiguous() for k, v in result.community_params.items()},
-                          str(files.models),
-                          metadata={"architecture": "autoencoder", "input_dim": str(result.d)})
+                save_tensors(result.community_params, files.models,  # sorted metadata: byte-identical reruns
+                             metadata={"architecture": "autoencoder", "input_dim": str(result.d)})
                 summaries.append(summary)
                 histories.append(rows)
             methods[method] = {**_over_seeds(summaries),

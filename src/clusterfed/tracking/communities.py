@@ -16,9 +16,10 @@ from pathlib import Path
 
 import torch
 from mlflow import MlflowClient
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from clusterfed.tracking import registry
+from clusterfed.tensorfile import save_tensors
 
 FORMAT = "clusterfed-community-autoencoder/1"
 STAGE = "unsupervised"
@@ -28,8 +29,7 @@ def save_community_model(path: str | Path, state_dict: dict[str, torch.Tensor], 
     """One community autoencoder (the engine's per-model parameters w0, b0, …)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in state_dict.items()}, str(path / "model.safetensors"),
-              metadata={"format": FORMAT})
+    save_tensors(state_dict, path / "model.safetensors", metadata={"format": FORMAT})
     (path / "spec.json").write_text(json.dumps({"format": FORMAT, "input_dim": input_dim, "provenance": provenance}, indent=2))
     return path
 
