@@ -104,11 +104,15 @@ def main() -> None:
     def sgd_flops(model, params, data, device_of_pair, *, epochs, **kw):
         return STEP * epochs * float(data.counts[device_of_pair].sum())
 
-    def losses_flops(self, params, split="val"):
-        return FORWARD * next(iter(params.values())).shape[0] * float(n_split[split].sum())
+    def samples(split, devices=None) -> float:
+        counts = n_split[split]
+        return float((counts if devices is None else counts[np.asarray(devices)]).sum())
 
-    def own_flops(self, params, model_of_device, split="val"):
-        return FORWARD * float(n_split[split].sum())
+    def losses_flops(self, params, split="val", devices=None, **kw):
+        return FORWARD * next(iter(params.values())).shape[0] * samples(split, devices)
+
+    def own_flops(self, params, model_of_device, split="val", devices=None, **kw):
+        return FORWARD * samples(split, devices)
 
     engine_module.local_sgd = clock.wrap("training: local SGD", engine_module.local_sgd, sgd_flops)
     Engine.screen = clock.wrap("training: screening", Engine.screen)
