@@ -51,6 +51,7 @@ def run_one(args) -> dict:
     engine = Engine(fed, model="mlp", hidden=128, training=TrainingConfig(lr=0.01, l2=0.001, batch_size=10),
                     device="cpu")
     setup = time.perf_counter() - t0
+    work = count_work(engine)
     method = FAACL(alpha=0.1, epsilon=0.7, init_epochs=args.init_epochs, rounds=1, variant=args.one_variant,
                    max_rounds=args.max_rounds, partition_order=args.partition_order,
                    rounds_per_level=args.rounds_per_level)
@@ -77,7 +78,31 @@ def run_one(args) -> dict:
         "ari": float(adjusted_rand_score(fed.groups, result.model_of_device)),
         "accuracy": float(np.mean(result.device_accuracy)),
         "clusters_per_round": [h["n_clusters"] for h in result.history],
+        **work,  # load-independent cost: samples trained on (× epochs) and (model, sample) losses evaluated
     }
+
+
+def count_work(engine) -> dict:
+    """Wrap the engine's calls to count the work they are given (filled in place)."""
+    import numpy as np
+
+    work = {"train_sample_epochs": 0, "eval_model_samples": 0}
+    counts = {s: engine.counts(s) for s in ("train", "val", "test")} if hasattr(engine, "counts") else {
+        s: engine.data.split(s).counts.cpu().numpy() for s in ("train", "val", "test")}  # before the protocol
+    train, losses = engine.local_models, engine.losses
+
+    def local_models(params, model_of_pair, device_of_pair, generator, *, epochs=None, **kw):
+        e = engine.training.local_epochs if epochs is None else epochs
+        work["train_sample_epochs"] += int(counts["train"][np.asarray(device_of_pair)].sum()) * e
+        return train(params, model_of_pair, device_of_pair, generator, epochs=epochs, **kw)
+
+    def count_losses(params, split="val", *, devices=None):
+        d = slice(None) if devices is None else np.asarray(devices)
+        work["eval_model_samples"] += next(iter(params.values())).shape[0] * int(counts[split][d].sum())
+        return losses(params, split, devices=devices)
+
+    engine.local_models, engine.losses = local_models, count_losses
+    return work
 
 
 def load() -> tuple[float, float, float]:
