@@ -123,7 +123,7 @@ def read(out: Path) -> list[dict]:
 
 def key(row: dict) -> tuple:
     hier = row["variant"] == "hierarchical"
-    return (row["n"], row["variant"], row["seed"], row.get("partition_order"),
+    return (row["n"], row["variant"], row["seed"], row["init_epochs"], row.get("partition_order"),
             row.get("rounds_per_level", 3) if hier else None)
 
 
@@ -135,7 +135,8 @@ def main(args) -> None:
             if variant == "flat" and n > args.flat_max:
                 continue
             hier = variant == "hierarchical"
-            k = (n, variant, args.seed, args.partition_order if hier else None, args.rounds_per_level if hier else None)
+            k = (n, variant, args.seed, args.init_epochs, args.partition_order if hier else None,
+                 args.rounds_per_level if hier else None)
             if k in {key(r) for r in read(out)}:
                 continue
             before = load()
@@ -159,19 +160,20 @@ def main(args) -> None:
 
 
 def summarize(args) -> None:
-    rows = sorted(read(Path(args.out)), key=lambda r: (r["n"], r["variant"]))
-    print("| n | samples/device | variant | wall s | CPU s | peak RSS GB | clustering rounds | clusters | ARI | "
-          "accuracy % | load before/after (1 min) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = sorted(read(Path(args.out)), key=lambda r: (r["n"], r["variant"], r["init_epochs"]))
+    print("| n | samples/device | init epochs | variant | wall s | CPU s | peak RSS GB | clustering rounds | clusters | "
+          "ARI | accuracy % | trained sample-epochs | evaluated (model, sample) | load before/after (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         order = f" ({r['partition_order']}, {r.get('rounds_per_level', 3)}/level)" if r.get("partition_order") else ""
         cpu = f"{r['cpu_s']:.1f}" if "cpu_s" in r else "—"
-        print(f"| {r['n']} | {r['samples_per_device']} | {r['variant']}{order} | {r['wall_s']:.1f} | {cpu} | "
-              f"{r['peak_rss_gb']:.2f} | {r['clustering_rounds']} | {r['clusters']} | {r['ari']:.3f} | "
-              f"{100 * r['accuracy']:.2f} | {r['load_before'][0]:.1f} / {r['load_after'][0]:.1f} |")
+        work = [f"{r[k]:,}" if k in r else "—" for k in ("train_sample_epochs", "eval_model_samples")]
+        print(f"| {r['n']} | {r['samples_per_device']} | {r['init_epochs']} | {r['variant']}{order} | {r['wall_s']:.1f} | "
+              f"{cpu} | {r['peak_rss_gb']:.2f} | {r['clustering_rounds']} | {r['clusters']} | {r['ari']:.3f} | "
+              f"{100 * r['accuracy']:.2f} | {work[0]} | {work[1]} | {r['load_before'][0]:.1f} / {r['load_after'][0]:.1f} |")
     for what in ("wall_s", "cpu_s"):
-        hier = {r["n"]: r[what] for r in rows
-                if r["variant"] == "hierarchical" and r.get("rounds_per_level", 3) == 1 and what in r}
+        hier = {r["n"]: r[what] for r in rows if r["variant"] == "hierarchical" and r["init_epochs"] == 5
+                and r.get("rounds_per_level", 3) == 1 and what in r}
         ns = sorted(hier)
         steps = ", ".join(f"{a} -> {b}: x{hier[b] / hier[a]:.2f}" for a, b in zip(ns, ns[1:]))
         if steps:
