@@ -91,10 +91,10 @@ def count_work(engine) -> dict:
         s: engine.data.split(s).counts.cpu().numpy() for s in ("train", "val", "test")}  # before the protocol
     train, losses = engine.local_models, engine.losses
 
-    def local_models(params, model_of_pair, device_of_pair, generator, *, epochs=None, **kw):
-        e = engine.training.local_epochs if epochs is None else epochs
+    def local_models(params, model_of_pair, device_of_pair, generator, *, local_epochs=None, **kw):
+        e = engine.training.local_epochs if local_epochs is None else local_epochs
         work["train_sample_epochs"] += int(counts["train"][np.asarray(device_of_pair)].sum()) * e
-        return train(params, model_of_pair, device_of_pair, generator, epochs=epochs, **kw)
+        return train(params, model_of_pair, device_of_pair, generator, local_epochs=local_epochs, **kw)
 
     def count_losses(params, split="val", *, devices=None):
         d = slice(None) if devices is None else np.asarray(devices)
