@@ -13,5 +13,5 @@ run() { OMP_NUM_THREADS=1 nice -n 10 ${PYTHON:-.venv/bin/python} benchmarks/thes
           --epochs "$ROUNDS" --out "$OUT" --settings "$1" --scenarios "$2" --algorithms "$3" --seeds $SEEDS \
           --root "${ROOT:-../shared/datasets}"; }
 for cell in "sequential S1" "sequential S2" "multitask S2" "multitask S1" "sequential A2" "multitask A2"; do
-  for alg in fedavg fedprox_ssgd fedprox_apd fedweit; do run $cell $alg; done
+  for alg in fedavg fedprox_ssgd fedweit fedprox_apd; do run $cell $alg; done
 done
