@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 15's continual baselines (FedWeIT, FedProx-APD, FedProx-SSGD) on MNIST beside
-# FedAvg, RESULTS.md §10, in the order they were run: sequential S1/S2 first, then the
+# FedAvg, RESULTS.md §12, in the order they were run: sequential S1/S2 first, then the
 # multi-task S2/S1 and the A2 cells. One torch thread, nice 10; every run resumes from
 # its per-timestep checkpoints. ROUNDS per timestep (the thesis: 100; CPU budget: 20).
 #   bash benchmarks/run_fcl_baselines.sh [ROUNDS] [SEED...]
