@@ -168,3 +168,43 @@ def test_newcomers_join_the_cluster_of_their_group(digits, s2, fitted):
         members = sorted(result.clusters[row].devices)
         assert set(fed.groups[members]) == {newcomers.groups[d]}
     assert (algo.newcomer_similarity(engine).max(axis=1) > algo.tau).all()  # joins, no new cluster
+
+
+def test_movement_representation_is_the_anchor_before_minus_after_local_sgd(digits):
+    """The authors' code's Ψ for one round on 2 devices: ψ − ψ_i after 2 full-batch
+    epochs of plain SGD (η 0.05, no weight decay), computed by hand with autograd."""
+    fed = build_scenario(digits, "S2", group_sizes=[1, 1], seed=3)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05, l2=0.0), device="cpu")
+    algo = StoCFL(rounds=1, participation=1.0, representation="movement",
+                  representation_epochs=2, representation_batch_size=None)
+    algo.fit(engine, seed=5)
+    ψ = algo.anchor_
+    model = engine.model
+    names = [k for k, _ in model.named_parameters()]
+    for d in range(2):
+        with torch.no_grad():
+            for k, p in model.named_parameters():
+                p.copy_(ψ[k][0])
+        n = int(engine.data.train.counts[d])
+        for _ in range(2):
+            loss = F.cross_entropy(model(engine.data.train.x[d, :n]), engine.data.train.y[d, :n])
+            grads = dict(zip(names, torch.autograd.grad(loss, list(model.parameters()))))
+            with torch.no_grad():
+                for k, p in model.named_parameters():
+                    p -= 0.05 * grads[k]
+        after = dict(model.named_parameters())
+        expected = torch.cat([(ψ[k][0] - after[k].detach()).flatten() for k in ψ])
+        np.testing.assert_allclose(algo.representations_[d], expected.numpy(), rtol=1e-4, atol=1e-7)
+    # one full-batch epoch without weight decay moves the anchor by η·∇ (the paper's Ψ)
+    one = StoCFL(rounds=1, participation=1.0, representation="movement",
+                 representation_epochs=1, representation_batch_size=None)
+    one.fit(engine, seed=5)
+    np.testing.assert_allclose(one.representations_, 0.05 * data_representations(engine, one.anchor_),
+                               rtol=1e-4, atol=1e-7)
+
+
+def test_representation_option_is_checked_by_name():
+    with pytest.raises(ValueError, match="StoCFL.representation: "):
+        StoCFL(representation="weights")
+    with pytest.raises(ValueError, match="StoCFL.representation_epochs"):
+        StoCFL(representation="movement", representation_epochs=0)
