@@ -144,6 +144,23 @@ def test_tallies_nest_and_see_only_their_own_calls(digits):
     assert outer.rejected_devices() == [1, 1]
 
 
+def test_a_rejected_pooled_group_counts_against_no_device(digits):
+    # The oracle trains on pooled groups, rows 0..G-1: a rejected row must not be
+    # charged to the real devices 0..G-1 (they did not upload it).
+    fed = build_scenario(digits, "S0", group_sizes=[3], seed=2)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    groups = np.array([0, 1, 1])
+    data = engine.pooled(groups)
+    data.x[1] = float("nan")  # group 1's pooled data
+    gen = torch.Generator().manual_seed(0)
+    params = engine.init_params(2, gen, distinct=False)
+    with engine.tally() as tally:
+        round_ = engine.train(params, np.arange(2), np.arange(2), gen, data=data)
+    assert round_.rejected.tolist() == [1] and round_.devices.tolist() == [3, 4]
+    assert tally.uploads == 2 and tally.rejected_by_device.tolist() == [0, 0, 0]
+    assert all(torch.isfinite(v).all() for v in round_.params.values())  # group 1's model kept
+
+
 def test_the_screening_defaults_have_one_home():
     from clusterfed.config import parse_params
     from clusterfed.engine.robust import CLIP_NORM, MAX_REJECTED_SHARE, OUTLIER_FACTOR

@@ -257,7 +257,9 @@ class Engine:
             model_of_pair=model_idx,
             objective=objective,
         )
-        return self.screen(trained, device_of_pair, start)
+        # Pooled rows are no device's: their uploads count against nobody (Tally).
+        uploaders = np.asarray(device_of_pair) + self.n_devices if data.virtual else device_of_pair
+        return self.screen(trained, uploaders, start)
 
     def local_composed(
         self,

@@ -12,11 +12,16 @@ from clusterfed.scenarios import Federation
 
 @dataclass(frozen=True)
 class PaddedSplit:
-    """Per-device samples padded to a common length: ``x[d, i]`` is valid for i < counts[d]."""
+    """Per-device samples padded to a common length: ``x[d, i]`` is valid for i < counts[d].
+
+    ``virtual``: the rows are not devices of the federation but pooled groups
+    (``pooled``), so an upload trained on row r is nobody's (its uploader id is
+    ``n_devices + r``, counted as an upload and against no device)."""
 
     x: torch.Tensor  # [n_devices, max_n, *input_shape]
     y: torch.Tensor  # [n_devices, max_n]
     counts: torch.Tensor  # [n_devices] int64
+    virtual: bool = False
 
     @property
     def mask(self) -> torch.Tensor:
@@ -79,4 +84,4 @@ def pooled(split: PaddedSplit, groups: np.ndarray) -> PaddedSplit:
     for g, (xg, yg) in enumerate(zip(xs, ys)):
         x[g, : len(yg)] = xg
         y[g, : len(yg)] = yg
-    return PaddedSplit(x=x, y=y, counts=torch.as_tensor(counts, device=split.y.device))
+    return PaddedSplit(x=x, y=y, counts=torch.as_tensor(counts, device=split.y.device), virtual=True)
