@@ -16,7 +16,8 @@ Experiments (settings of the partition and the local SGD: ``seed_methods_mnist.p
 
 - ``stocfl_shifted`` (StoCFL Table 2, shifted MNIST, 20 clients): CFL (98.20).
 - ``flacc_rotated`` (FLACC Table I, rotated MNIST, 100 clients, c = 0.2): CFL (97.56),
-  FL+HC d = 0.5 / 0.75 / 1.0 (95.21 / 96.46 / 85.96), pFedMe (96.09), Per-FedAvg (95.55).
+  FL+HC d = 0.5 / 0.75 / 1.0 (95.21 / 96.46 / 85.96), pFedMe (96.09), Per-FedAvg (95.55),
+  IFCA k = 3 / 5 (96.79 / 97.24).
 - ``stocfl_rotated`` (StoCFL Table 1, N = 1200, |D| = 200, 10 %): FedProx (77.82),
   Ditto (79.38).
 """
@@ -49,6 +50,9 @@ METHODS: dict[str, dict[str, tuple[str, dict, float]]] = {
         "perfedavg": ("perfedavg", {"alpha": 0.01}, 95.55),
         "pfedme": ("pfedme", {"lam": 15.0, "K": 5, "personal_lr": 0.01}, 96.09),  # η = FLACC's lr 0.1: ηλ = 1.5
         "pfedme_paper": ("pfedme", {"lam": 15.0, "K": 5, "personal_lr": 0.1, "eta": 0.005}, 96.09),  # pFedMe §5
+        # IFCA's other rows (k = 4 is seed_methods_mnist.py's): FLACC's c = 0.2, 100 rounds
+        "ifca_k3": ("ifca", {"n_clusters": 3}, 96.79),
+        "ifca_k5": ("ifca", {"n_clusters": 5}, 97.24),
     },
     "stocfl_rotated": {
         "fedprox": ("fedprox", {"mu": 0.01}, 77.82),

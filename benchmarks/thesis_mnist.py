@@ -8,11 +8,17 @@ command resumes.
 
 Hyperparameters (thesis Table B.1, MNIST): lr 0.01, L2 0.001, batch 10, one local
 epoch per round, 300 rounds, alpha 0.1, epsilon 0.7 (S1/S2), 0.5 (A1), 0.4 (A2);
-IFCA starts with 5 clusters; FAACL is the flat variant with 5 initial local epochs.
+FAACL is the flat variant with 5 initial local epochs. ``--algorithms`` takes any
+registered cold-start method, built through the registry with its declared defaults
+(the ``params.yaml`` defaults) plus FAACL's settings above; the fixed-k baselines IFCA,
+FeSEM, FedGroup and FedSoft start with 5 clusters (§3.3.4), their default.
 
     .venv/bin/python benchmarks/thesis_mnist.py --scenarios S1 S2 A1 A2 \\
         --algorithms faacl fedavg ifca local centralized --seeds 10 55 2077 \\
         --epochs 300 --out benchmarks/out/thesis_mnist.jsonl
+    .venv/bin/python benchmarks/thesis_mnist.py --scenarios S1 S2 A1 A2 \\
+        --algorithms fesem fedgroup fedsoft --seeds 10 --epochs 300 --threads 1 \\
+        --out benchmarks/out/thesis_mnist_baselines.jsonl
     .venv/bin/python benchmarks/thesis_mnist.py --summarize --out benchmarks/out/thesis_mnist.jsonl
 
 ``--construction authors`` builds the scenarios as the authors' code does
@@ -34,38 +40,53 @@ from pathlib import Path
 
 import numpy as np
 
+#: The grid's default methods; ``--algorithms`` takes any registered cold-start method.
 ALGORITHMS = ("faacl", "fedavg", "ifca", "local", "centralized")
+#: The baselines of Tables 3.3-3.6 (issue 14), run with ``--algorithms fesem fedgroup fedsoft``.
+BASELINES = ("fesem", "fedgroup", "fedsoft")
 SCENARIOS = ("S1", "S2", "A1", "A2")
 EPSILON = {"S0": 0.7, "S1": 0.7, "S2": 0.7, "A1": 0.5, "A2": 0.4}
 ALPHA = 0.1
-IFCA_CLUSTERS = 5
 
 # Thesis Tables 3.3-3.6, MNIST column: accuracy % [clusters]. Local has no figure.
 THESIS = {
-    "S1": {"centralized": (94.85, 2), "fedavg": (81.86, 1), "ifca": (91.16, 5), "faacl": (93.44, 2)},
-    "S2": {"centralized": (97.06, 2), "fedavg": (51.36, 1), "ifca": (94.36, 4), "faacl": (95.73, 2)},
-    "A1": {"centralized": (78.39, 2), "fedavg": (70.33, 1), "ifca": (69.90, 5), "faacl": (75.12, 4)},
-    "A2": {"centralized": (97.32, 2), "fedavg": (89.77, 1), "ifca": (95.35, 3), "faacl": (96.01, 5)},
+    "S1": {"centralized": (94.85, 2), "fedavg": (81.86, 1), "ifca": (91.16, 5), "faacl": (93.44, 2),
+           "fesem": (50.24, 3), "fedgroup": (93.73, 5), "fedsoft": (90.49, 5)},
+    "S2": {"centralized": (97.06, 2), "fedavg": (51.36, 1), "ifca": (94.36, 4), "faacl": (95.73, 2),
+           "fesem": (49.35, 3), "fedgroup": (95.55, 5), "fedsoft": (93.92, 5)},
+    "A1": {"centralized": (78.39, 2), "fedavg": (70.33, 1), "ifca": (69.90, 5), "faacl": (75.12, 4),
+           "fesem": (65.79, 4), "fedgroup": (74.65, 5), "fedsoft": (71.28, 5)},
+    "A2": {"centralized": (97.32, 2), "fedavg": (89.77, 1), "ifca": (95.35, 3), "faacl": (96.01, 5),
+           "fesem": (74.65, 1), "fedgroup": (95.44, 5), "fedsoft": (95.73, 5)},
 }
-LABEL = {"faacl": "FAACL", "fedavg": "FedAvg", "ifca": "IFCA", "local": "Local", "centralized": "Centralize"}
+LABEL = {"faacl": "FAACL", "fedavg": "FedAvg", "ifca": "IFCA", "local": "Local", "centralized": "Centralize",
+         "fesem": "FeSEM", "fedgroup": "FedGroup", "fedsoft": "FedSoft"}
 
 
-def make_algorithm(name: str, scenario: str, fed, epochs: int, *, init_epochs: int = 5, variant: str = "flat",
-                   supporter_weight: float = 1.0):
-    from clusterfed.algorithms import FAACL, IFCA, Centralized, FedAvg, Local
+def coldstart_methods() -> list[str]:
+    from clusterfed import registry
 
+    return list(registry.methods("coldstart"))
+
+
+def thesis_settings(name: str, scenario: str, *, init_epochs: int = 5, variant: str = "flat",
+                    supporter_weight: float = 1.0) -> dict:
+    """What the thesis sets for ``name`` beyond its declared defaults: FAACL's Table B.1
+    (α, ε per scenario) and this script's schedule options. The fixed-k baselines
+    (IFCA, FeSEM, FedGroup, FedSoft) start with five clusters (§3.3.4), which is their
+    declared default, so they take none."""
     if name == "faacl":
-        return FAACL(alpha=ALPHA, epsilon=EPSILON[scenario], init_epochs=init_epochs, rounds=epochs, variant=variant,
-                     supporter_weight=supporter_weight)
-    if name == "fedavg":
-        return FedAvg(rounds=epochs)
-    if name == "ifca":
-        return IFCA(n_clusters=IFCA_CLUSTERS, rounds=epochs)
-    if name == "local":
-        return Local(rounds=epochs)
-    if name == "centralized":
-        return Centralized(rounds=epochs)
-    raise ValueError(name)
+        return {"alpha": ALPHA, "epsilon": EPSILON[scenario], "init_epochs": init_epochs, "variant": variant,
+                "supporter_weight": supporter_weight}
+    return {}
+
+
+def make_algorithm(name: str, scenario: str, epochs: int, **options):
+    """The registered cold-start method ``name`` with its declared defaults (those of
+    ``params.yaml``'s ``coldstart.<name>`` section) and the thesis' settings."""
+    from clusterfed import registry
+
+    return registry.get("coldstart", name)(rounds=epochs, **thesis_settings(name, scenario, **options))
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -168,7 +189,7 @@ def run(args) -> None:
                     print(f"[{datetime.now():%H:%M:%S}] {scenario} seed {seed} {name}: done or "
                           "running elsewhere, skipped", flush=True)
                     continue
-                algo = make_algorithm(name, scenario, fed, args.epochs, init_epochs=args.init_epochs,
+                algo = make_algorithm(name, scenario, args.epochs, init_epochs=args.init_epochs,
                                       variant=args.variant, supporter_weight=args.supporter_weight)
                 print(f"[{datetime.now():%H:%M:%S}] {scenario} seed {seed} {name} ...", flush=True)
                 t0 = time.perf_counter()
@@ -208,7 +229,9 @@ def run(args) -> None:
                     "wall_s": wall,
                     "epsilon": EPSILON[scenario] if name == "faacl" else None,
                     "alpha": ALPHA if name == "faacl" else None,
-                    "ifca_clusters": IFCA_CLUSTERS if name == "ifca" else None,
+                    "ifca_clusters": algo.n_clusters if name == "ifca" else None,
+                    "hyperparameters": {p.name: getattr(algo, p.name) for p in algo.declared()},
+                    "mb_per_round": float(np.mean([h["bytes_down"] + h["bytes_up"] for h in hist])) / 1e6,
                     "clustering_rounds": sum(h["phase"] == "clustering" for h in hist),
                     "rejected_updates": int(res.rejected_updates),
                     "history_accuracy": [round(h["accuracy"], 4) for h in hist],
@@ -295,7 +318,7 @@ def summarize(args) -> None:
             cells.append(_cell(sorted(got, key=lambda r: r["seed"]), key) if got else "not run")
             th = THESIS.get(s, {}).get(a)
             cells.append(f"{th[0]:.2f} [{th[1]}]" if th else "—")
-        print(f"| {LABEL[a]} | " + " | ".join(cells) + " |")
+        print(f"| {LABEL.get(a, a)} | " + " | ".join(cells) + " |")
 
     print("\nAdjusted Rand index vs ground-truth groups (mean over seeds) and wall time per run (mean s):\n")
     print("| algorithm | " + " | ".join(f"{s} ARI | {s} wall s" for s in scen) + " |")
@@ -309,7 +332,7 @@ def summarize(args) -> None:
                 cells.append(f"{np.mean([r['wall_s'] for r in got]):.0f}")
             else:
                 cells += ["—", "—"]
-        print(f"| {LABEL[a]} | " + " | ".join(cells) + " |")
+        print(f"| {LABEL.get(a, a)} | " + " | ".join(cells) + " |")
 
     print("\nPer group (S2/A1/A2: group 1 = the shifted / noisy / scarce devices; S1: group 0 = labels 0-4), "
           "mean device test accuracy % over seeds; FAACL's support edges (final / most in one round, one-way):\n")
@@ -325,7 +348,7 @@ def summarize(args) -> None:
             k = "/".join(str(r["n_clusters"]) for r in got)
             edges = "/".join(f"{r['support_edges']} ({r['one_way_edges']})" for r in got)
             most = "/".join(str(max(r["history_one_way_edges"], default=0)) for r in got)
-            print(f"| {sc} | {LABEL[a]} | {g[0]:.2f} | {g[1]:.2f} | {k} | {edges} | {most} |")
+            print(f"| {sc} | {LABEL.get(a, a)} | {g[0]:.2f} | {g[1]:.2f} | {k} | {edges} | {most} |")
 
     missing = [
         f"{s}/{a}/seed {sd}"
@@ -342,7 +365,9 @@ def summarize(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=["S0", *SCENARIOS])
-    ap.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=ALGORITHMS)
+    ap.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=coldstart_methods(),
+                    help="registered cold-start methods (default: the grid's five; the baselines: "
+                         + " ".join(BASELINES) + ")")
     ap.add_argument("--seeds", nargs="+", type=int, default=[10, 55, 2077])
     ap.add_argument("--epochs", type=int, default=300)
     ap.add_argument("--group-sizes", nargs="+", type=int, default=[10, 10])
