@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from clusterfed.algorithms.fedcref.dec import global_dec, local_dec, soft_assignment, target_distribution
+from clusterfed.algorithms.fedcref.dec import (
+    global_dec,
+    local_dec,
+    soft_assignment,
+    target_distribution,
+    tsne_silhouette,
+)
 from clusterfed.evaluation.fedcref_scores import mean_accuracy
 from clusterfed.scenarios.unsupervised import make_clients
 
@@ -42,3 +48,15 @@ def test_global_dec_picks_k_by_silhouette(clients):
     assert out["k_found"] == max(out["silhouette"], key=out["silhouette"].get)
     assert set(out["acc_pooled_by_k"]) == {4, 6}
     assert 0.0 < out["acc_pooled"] <= 1.0 and out["global_k"] == 10
+
+
+def test_tsne_silhouette_prefers_the_true_digits(digits):
+    """Global DEC reads the silhouette in a 2-D t-SNE map (fedcref §5.4.1): the true
+    labels of three digits score high there, a random relabelling of them near 0, a
+    single cluster −1."""
+    keep = np.isin(digits.y_train, (0, 1, 6))
+    x, y = digits.x_train[keep].reshape(keep.sum(), -1), digits.y_train[keep]
+    shuffled = np.random.default_rng(0).permutation(y)
+    assert tsne_silhouette(x, y, seed=0) > 0.5
+    assert abs(tsne_silhouette(x, shuffled, seed=0)) < 0.1
+    assert tsne_silhouette(x, np.zeros_like(y), seed=0) == -1.0
