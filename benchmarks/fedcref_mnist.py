@@ -7,7 +7,7 @@ samples per category, overlap 0), runs one method and appends one line to
 ``benchmarks/out/fedcref/runs.jsonl`` (config, per-iteration rows, summary, wall and
 CPU seconds, load average, commit). Runs already in the file are skipped, so an
 interrupted sweep resumes. ``--summary`` prints the mean ± 95% CI table of every
-finished configuration.
+finished configuration with ``--samples`` S (default 500: §6.3's rows).
 
 Modes: ``fedcref`` (dirty-uniform init), ``perfect`` (association graph from the
 true categories, Table 4's upper bound), ``local`` (no federation), ``dec_init``
@@ -104,9 +104,11 @@ def finished(out: Path) -> list[dict]:
     return [json.loads(line) for line in runs.read_text().splitlines() if line.strip()] if runs.exists() else []
 
 
-def summary(out: Path) -> None:
+def summary(out: Path, samples: int) -> None:
     groups: dict[tuple, list[dict]] = {}
     for rec in finished(out):
+        if rec.get("samples", 500) != samples:
+            continue
         key = (rec["mode"] + ("" if rec.get("normalize", "pair") == "pair" else f" ({rec['normalize']})"),
                rec["dirtiness"], rec["n_clients"], rec.get("samples", 500))
         groups.setdefault(key, []).append(rec)
@@ -114,6 +116,8 @@ def summary(out: Path) -> None:
           "| ACC init | ACC end | iterations | MB exchanged | wall s / run | CPU s / run | digits without / split |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (mode, dirt, n, s), recs in sorted(groups.items()):
+        if mode == "global_dec":
+            continue
         sums = [r["summary"] for r in recs]
 
         def f(key: str, fmt: str = "{:.3f}") -> str:
@@ -132,6 +136,16 @@ def summary(out: Path) -> None:
         print(f"| {mode} | {dirt} | {n} | {s} | {len(recs)} | {f('communities', '{:.1f}')} | "
               f"{f('wrong_associations', '{:.1f}')} | {f('isolated_start', '{:.1f}')} → {f('isolated_end', '{:.1f}')} | "
               f"{f('acc_init')} | {f('acc_end')} | {f('iterations', '{:.1f}')} | {mb} | {wall:.0f} | {cpu} | {per_cat} |")
+    dec_rows = {key: recs for key, recs in sorted(groups.items()) if key[0] == "global_dec"}
+    if dec_rows:
+        print("\n| Global DEC: N | S | runs | K found (t-SNE silhouette) | ACC pooled | ACC per client | wall s / run | CPU s / run |")
+        print("|---|---|---|---|---|---|---|---|")
+    for (_, _, n, s), recs in dec_rows.items():
+        sums = [r["summary"] for r in recs]
+        k, acc, per_client = (mean_ci95([x[key] for x in sums]) for key in ("k_found", "acc_pooled", "acc_end"))
+        print(f"| {n} | {s} | {len(recs)} | {k[0]:.1f} (±{k[1]:.1f}) | {acc[0]:.3f} (±{acc[1]:.3f}) | "
+              f"{per_client[0]:.3f} (±{per_client[1]:.3f}) | {np.mean([r['wall_s'] for r in recs]):.0f} | "
+              f"{np.mean([r['cpu_s'] for r in recs]):.0f} |")
 
 
 def main() -> None:
@@ -152,7 +166,7 @@ def main() -> None:
     p.add_argument("--commit", help="commit of the code under test (default: this checkout's HEAD)")
     args = p.parse_args()
     if args.summary:
-        summary(args.out)
+        summary(args.out, args.samples)
         return
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
