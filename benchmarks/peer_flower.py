@@ -125,7 +125,7 @@ def flower_main(args) -> None:
 
 
 # ----------------------------------------------------------------------- clusterfed side
-def clusterfed_run(data_path: str, n_clients: int, rounds: int, threads: int) -> dict:
+def clusterfed_run(data_path: str, n_clients: int, rounds: int, threads: int, workers: int | None = None) -> dict:
     import torch
 
     from clusterfed.algorithms.baselines import FedAvg
@@ -142,7 +142,8 @@ def clusterfed_run(data_path: str, n_clients: int, rounds: int, threads: int) ->
         for i in range(n_clients)
     )
     fed = Federation(devices, np.zeros(n_clients, np.int64), 10, (784,), "iid", "mnist", 0)
-    engine = Engine(fed, hidden=HIDDEN, device="cpu", training=TrainingConfig(lr=LR, l2=0.0, batch_size=BATCH))
+    engine = Engine(fed, hidden=HIDDEN, device="cpu", training=TrainingConfig(lr=LR, l2=0.0, batch_size=BATCH),
+                    workers=workers)
     init = {"hidden.weight": "0.weight", "hidden.bias": "0.bias", "output.weight": "2.weight", "output.bias": "2.bias"}
     θ0 = {k: torch.as_tensor(z[f"init_{v}"])[None] for k, v in init.items()}
 
@@ -160,7 +161,8 @@ def clusterfed_run(data_path: str, n_clients: int, rounds: int, threads: int) ->
     t0 = time.perf_counter()
     result = Timed(rounds=rounds).fit(engine, seed=1)
     wall = time.perf_counter() - t0
-    return {"round_s": np.diff(stamps).tolist(), "accuracy": float(result.history[-1]["accuracy"]), "total_s": wall}
+    return {"round_s": np.diff(stamps).tolist(), "accuracy": float(result.history[-1]["accuracy"]), "total_s": wall,
+            "params": result.params}
 
 
 # ---------------------------------------------------------------------------- driver
@@ -190,6 +192,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--workers", type=int, help="clusterfed's Engine(workers=): chunks trained at once "
+                    "(default: --threads; 1 = the former chunk-after-chunk loop on --threads intra-op threads)")
     ap.add_argument("--flower-python", default="/work/flwr-venv/bin/python")
     ap.add_argument("--flower", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
@@ -212,7 +216,8 @@ def main() -> None:
                 sys.exit(f"Flower run failed:\n{proc.stderr[-4000:]}")
             flower = json.loads(proc.stdout.strip().splitlines()[-1])
             flower["round_s"] = flower["round_s"][1:]  # round 1 includes Ray's start
-            ours = clusterfed_run(str(data), n, args.rounds + 1, args.threads)
+            ours = clusterfed_run(str(data), n, args.rounds + 1, args.threads, args.workers)
+            ours.pop("params")
             ours["round_s"] = ours["round_s"][1:]
             runs.append({"rep": rep, "clients": n, "load_before": load, "load_after": loadavg(),
                          "flower": flower, "clusterfed": ours})

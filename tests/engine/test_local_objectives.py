@@ -13,6 +13,7 @@ from torch.nn import functional as F
 from clusterfed.engine import Engine, TrainingConfig
 from clusterfed.engine.local_sgd import PerFedAvgStep, PFedMeStep, QuadraticPenalty, epoch_orders, local_sgd
 from clusterfed.engine.stacked import take
+import clusterfed.engine.local_sgd as local_sgd_module
 import clusterfed.models as models_module
 from clusterfed.models import is_regularized
 from clusterfed.scenarios import build_scenario
@@ -168,3 +169,31 @@ def test_mlp_step_in_chunks_equals_one_chunk(setup, monkeypatch):
     chunked = local_sgd(engine.model, start, engine.data.train, devices, **kwargs)
     for k in whole:
         torch.testing.assert_close(chunked[k], whole[k], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", ["plain", "proximal", "pfedme"])
+def test_chunks_on_worker_threads_equal_chunks_one_after_another_bitwise(setup, monkeypatch, kind):
+    """Two pairs per chunk (3 chunks), trained by 1, 2 or 3 worker threads: every pair's
+    result is the same floats (chunks share no rows and draw nothing), the reference
+    within tolerance, and the caller's thread count is restored."""
+    engine, start, devices = setup
+    penalty = objective = None
+    if kind == "proximal":
+        centre = take(engine.init_params(2, torch.Generator().manual_seed(5), distinct=True), [0, 1, 0, 1, 0, 1])
+        penalty = QuadraticPenalty(weight={k: torch.full_like(v, 0.3) for k, v in start.items()}, center=centre)
+    elif kind == "pfedme":
+        objective = PFedMeStep(lam=15.0, K=3, personal_lr=0.01)
+    per_pair = sum(v[0].numel() for v in start.values())
+    monkeypatch.setattr(local_sgd_module, "CHUNK_FLOATS", 2 * per_pair)
+    threads = torch.get_num_threads()
+    runs = {
+        w: local_sgd(engine.model, start, engine.data.train, devices, epochs=EPOCHS, lr=LR, l2=L2, batch_size=BATCH,
+                     generator=torch.Generator().manual_seed(7), penalty=penalty, objective=objective, workers=w)
+        for w in (1, 2, 3)
+    }
+    assert torch.get_num_threads() == threads
+    ref = reference(engine.model, start, engine.data.train, devices, objective=objective, penalty=penalty,
+                    generator=torch.Generator().manual_seed(7))
+    for k in runs[1]:
+        assert torch.equal(runs[2][k], runs[1][k]) and torch.equal(runs[3][k], runs[1][k])
+        torch.testing.assert_close(runs[1][k], ref[k], rtol=1e-4, atol=1e-5)

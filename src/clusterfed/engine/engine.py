@@ -117,6 +117,10 @@ class Engine:
     kernel_size : int, default=3
         Odd kernel size of the CNN's convolutions.
     device : str, default="auto"
+    workers : int, optional
+        Chunks of MLP pairs trained at once on their own threads (``local_sgd``);
+        default torch's intra-op thread count at the call: one chunk per core, since a
+        batch-10 step is too small to split over cores. Results do not depend on it.
     """
 
     def __init__(
@@ -130,8 +134,10 @@ class Engine:
         kernel_size: int = KERNEL_SIZE,
         device: str = "auto",
         screening: RobustRule = RobustRule(),
+        workers: int | None = None,
     ) -> None:
         self.device = select_device(device)
+        self.workers = workers
         self.screening = screening
         self.training = training
         self.model: nn.Module = build_model(
@@ -256,6 +262,7 @@ class Engine:
             penalty=penalty,  # one row per model: local_sgd pulls each pair to its model's row
             model_of_pair=model_idx,
             objective=objective,
+            workers=self.workers,
         )
         # Pooled rows are no device's: their uploads count against nobody (Tally).
         uploaders = np.asarray(device_of_pair) + self.n_devices if data.virtual else device_of_pair

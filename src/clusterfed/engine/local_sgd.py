@@ -12,6 +12,7 @@ reference in ``tests/engine/test_engine.py``).
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -181,6 +182,7 @@ def local_sgd(
     penalty: QuadraticPenalty | None = None,
     model_of_pair: torch.Tensor | None = None,
     objective: LocalObjective | None = None,
+    workers: int | None = None,
 ) -> StackedParams:
     """Train every pair for ``epochs`` local epochs; returns new stacked parameters.
 
@@ -202,6 +204,13 @@ def local_sgd(
     holds devices of similar size and stops when its largest is done.
     Sample orders are drawn in the caller's pair order, so neither the order nor the
     chunking changes any pair's trajectory.
+
+    ``workers`` (default: torch's intra-op thread count) trains that many chunks at
+    once, each in its own Python thread with its share of the intra-op threads (one on
+    two cores): a batch-10 step is too small for two threads to split one GEMM (one
+    thread was faster than two, ``benchmarks/RESULTS.md`` §11), while chunks are
+    independent (disjoint rows, no random draws), so every pair's result is the same
+    bit for bit as chunk after chunk on one thread. Autograd steps stay one chunk.
     """
     counts_given = data.counts[device_of_pair]
     orders = []  # every epoch's sample orders, drawn up front in the given pair order
@@ -227,7 +236,8 @@ def local_sgd(
 
     per_pair = sum(v[0].numel() for v in params.values())
     size = max(1, CHUNK_FLOATS // per_pair) if analytic else len(device_of_pair)
-    for start in range(0, len(device_of_pair), size):
+
+    def train(start: int) -> None:
         rows = slice(start, start + size)
         chunk = rows_of(params, rows)  # views: trained in place
         _train_chunk(
@@ -235,7 +245,28 @@ def local_sgd(
             pull=None if penalty is None else _Pull(penalty, model_of_pair[rows], chunk),
             objective=objective, lr=lr, l2=l2, batch_size=batch_size,
         )
+
+    starts = range(0, len(device_of_pair), size)
+    threads = torch.get_num_threads()
+    workers = min(threads if workers is None else workers, len(starts))
+    if workers <= 1:
+        for start in starts:
+            train(start)
+    else:
+        _in_threads(train, starts, workers, max(1, threads // workers))
     return params if perm is None else rows_of(params, inverse(perm))
+
+
+def _in_threads(fn, items, workers: int, intra_op: int) -> None:
+    """``fn`` over ``items`` on ``workers`` Python threads (torch releases the GIL inside
+    its ops), each with ``intra_op`` intra-op threads; the caller's count is restored
+    (``torch.set_num_threads`` also sets MKL's process-wide count)."""
+    before = torch.get_num_threads()
+    try:
+        with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(intra_op,)) as pool:
+            list(pool.map(fn, items))  # re-raises a worker's exception
+    finally:
+        torch.set_num_threads(before)
 
 
 def _train_chunk(step_fn, params, data, device_of_pair, orders, *, pull, objective, lr, l2, batch_size) -> None:
