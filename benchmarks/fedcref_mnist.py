@@ -124,7 +124,7 @@ def summary(out: Path, samples: int) -> None:
             if key not in sums[0]:
                 return "–"
             m, h = mean_ci95([x[key] for x in sums])
-            return (fmt + " (±" + fmt + ")").format(m, h)
+            return (fmt + " (±" + fmt + ")").format(m, h) if len(sums) > 1 else fmt.format(m)
 
         wall = np.mean([r["wall_s"] for r in recs])
         cpu = f"{np.mean([r['cpu_s'] for r in recs]):.0f}" if all("cpu_s" in r for r in recs) else "–"
@@ -143,8 +143,10 @@ def summary(out: Path, samples: int) -> None:
     for (_, _, n, s), recs in dec_rows.items():
         sums = [r["summary"] for r in recs]
         k, acc, per_client = (mean_ci95([x[key] for x in sums]) for key in ("k_found", "acc_pooled", "acc_end"))
-        print(f"| {n} | {s} | {len(recs)} | {k[0]:.1f} (±{k[1]:.1f}) | {acc[0]:.3f} (±{acc[1]:.3f}) | "
-              f"{per_client[0]:.3f} (±{per_client[1]:.3f}) | {np.mean([r['wall_s'] for r in recs]):.0f} | "
+        ci = len(recs) > 1
+        print(f"| {n} | {s} | {len(recs)} | {k[0]:.1f}{f' (±{k[1]:.1f})' if ci else ''} | "
+              f"{acc[0]:.3f}{f' (±{acc[1]:.3f})' if ci else ''} | "
+              f"{per_client[0]:.3f}{f' (±{per_client[1]:.3f})' if ci else ''} | {np.mean([r['wall_s'] for r in recs]):.0f} | "
               f"{np.mean([r['cpu_s'] for r in recs]):.0f} |")
 
 
