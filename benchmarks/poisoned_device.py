@@ -13,7 +13,11 @@ runs on the clean and on each poisoned engine back to back:
   (−100·u for uploads that start from no model: Fisher, gradients, bases);
 
 and ``absent`` is the reference a perfect filter reaches: the same federation without
-the device (``Federation.subset``), as if it had never taken part.
+the device (``Federation.subset``), as if it had never taken part. ``late``
+(cold start only, asked for with ``--attacks``) is a diagnostic, not an attack of the
+target: the device's first upload batch is honest and every later one 1e30, so the
+first round — the one most clustering methods seed or cluster on — holds the same
+uploads as the clean run.
 
 Reported: mean test accuracy of the *honest* devices (all but the poisoned one; a
 method cannot protect the poisoned device's own model from its own data; continual:
@@ -25,6 +29,9 @@ leaves it out).
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python benchmarks/poisoned_device.py \\
         --seeds 10 --methods all --continual all --out benchmarks/out/poisoned_device.jsonl
     .venv/bin/python benchmarks/poisoned_device.py --summarize --out benchmarks/out/poisoned_device.jsonl
+
+With several seeds in the file, ``--summarize`` also prints, per method, the mean over
+seeds of poisoned − clean and absent − clean with their per-seed range.
 
 ``--set key=value`` overrides params.yaml (dotted keys, YAML values), e.g. MNIST:
 ``--set data.dataset=mnist data.root=../shared/datasets coldstart.rounds=30``.
@@ -49,6 +56,7 @@ from clusterfed.continual.driver import run_continual as continual_driver
 from clusterfed.engine import Engine
 
 ATTACKS = ("clean", "absent", "nan", "1e30", "flip100")
+DIAGNOSTICS = ("late",)  # 1e30 from the device's second upload batch on
 METHODS = ("faacl", "fedclust", "stocfl", "flacc", "fedavg", "ifca", "local")
 
 
@@ -61,15 +69,18 @@ class PoisonedEngine(Engine):
     def __init__(self, *args, poisoned: int, attack: str, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.poisoned, self.attack = poisoned, attack
+        self.honest_batches = 1 if attack == "late" else 0  # ``late``: its first upload batch is honest
         if attack == "nan":
             self.data.train.x[poisoned] = float("nan")
 
     def screen(self, uploads, device_of_pair, start=None):
-        if self.attack in ("1e30", "flip100"):
+        if self.honest_batches and self.poisoned in np.asarray(device_of_pair):
+            self.honest_batches -= 1
+        elif self.attack in ("1e30", "flip100", "late"):
             rows = torch.as_tensor(np.asarray(device_of_pair) == self.poisoned)
             out = {}
             for k, v in uploads.items():
-                if self.attack == "1e30":
+                if self.attack in ("1e30", "late"):
                     bad = torch.full_like(v, 1e30)
                 else:
                     bad = -100.0 * v if start is None else start[k] - 100.0 * (v - start[k])
@@ -109,7 +120,10 @@ def _append(out: Path, row: dict) -> None:
     print(json.dumps({k: row[k] for k in ("method", "attack", "honest_accuracy", "rejected", "error")}), flush=True)
 
 
-def run(seed: int, methods: list[str], epochs: int | None, device: int, out: Path, overrides: dict) -> None:
+def run(
+    seed: int, methods: list[str], epochs: int | None, device: int, out: Path, overrides: dict,
+    attacks: tuple[str, ...] = ATTACKS,
+) -> None:
     raw = _raw(seed, overrides, continual=False)
     if epochs:
         raw["coldstart"]["rounds"] = epochs
@@ -117,7 +131,7 @@ def run(seed: int, methods: list[str], epochs: int | None, device: int, out: Pat
     fed = build.build_federation(params, seed)
     done = _done(out)
     for method in methods:
-        for attack in ATTACKS:
+        for attack in attacks:
             if (seed, method, attack, params.coldstart.rounds) in done:
                 continue
             if attack == "clean":
@@ -160,7 +174,9 @@ def engines_built_by(make):
         build.build_engine = HONEST_BUILD
 
 
-def run_continual(seed: int, methods: list[str], device: int, out: Path, overrides: dict) -> None:
+def run_continual(
+    seed: int, methods: list[str], device: int, out: Path, overrides: dict, attacks: tuple[str, ...] = ATTACKS
+) -> None:
     """The continual methods over params.yaml's timesteps (thesis ch. 4), the device
     poisoned at every timestep; honest accuracy: the mean over t = 1..T."""
     params = parse_params(_raw(seed, overrides, continual=True))
@@ -168,7 +184,7 @@ def run_continual(seed: int, methods: list[str], device: int, out: Path, overrid
     others = np.delete(np.arange(schedule.shape[0]), device)
     done = _done(out)
     for method in methods:
-        for attack in ATTACKS:
+        for attack in (a for a in attacks if a not in DIAGNOSTICS):
             name = f"continual:{method}"
             if (seed, name, attack, params.continual.timesteps) in done:
                 continue
@@ -217,7 +233,7 @@ def summarize(out: Path) -> None:
         rs = by.get((m, a), [])
         return None if not rs or any(r["error"] for r in rs) else float(np.mean([r["honest_accuracy"] for r in rs]))
 
-    attacks = ATTACKS[2:]
+    attacks = ATTACKS[2:] + tuple(a for a in DIAGNOSTICS if any(key[1] == a for key in by))
     print("| method | clean | absent | " + " | ".join(f"{a} (Δ clean, Δ absent, rejected)" for a in attacks) + " |")
     print("| --- " * (len(attacks) + 3) + "|")
     for m in methods:
@@ -236,6 +252,44 @@ def summarize(out: Path) -> None:
         print(f"| {m} | " + " | ".join(cells) + " |")
     seeds = sorted({r["seed"] for r in rows})
     print(f"\nhonest-device mean test accuracy %, seeds {seeds}; Δ against the clean run and the run without the device")
+    if len(seeds) > 1:
+        summarize_seeds(rows, methods)
+
+
+def summarize_seeds(rows: list[dict], methods: list[str]) -> None:
+    """Per method, over the seeds that ran every attack: the mean clean accuracy, and
+    the mean ± SD (per-seed min … max) of absent − clean and of poisoned − clean for each
+    attack, merged into one cell when the three attacks give the same accuracy on
+    every seed; the target column: the mean of the attack farthest from clean within 1
+    point (met) or not, and that mean's standard error SD/√seeds."""
+    acc = {(r["method"], r["attack"], r["seed"]): r["honest_accuracy"] for r in rows if not r["error"]}
+    failed = sorted({(r["method"], r["attack"]) for r in rows if r["error"]})
+    print("\n| method | seeds | clean | absent − clean | poisoned − clean | late − clean | target |")
+    print("| --- " * 7 + "|")
+
+    def cell(d: np.ndarray) -> str:  # mean ± sample SD (per-seed min … max)
+        sd = f" ± {100 * d.std(ddof=1):.2f}" if len(d) > 1 else ""
+        return f"{100 * d.mean():+.2f}{sd} ({100 * d.min():+.2f} … {100 * d.max():+.2f})"
+
+    for m in methods:
+        seeds = sorted(s for (mm, a, s) in acc if mm == m and a == "clean"
+                       and all((m, b, s) in acc for b in ATTACKS))
+        if not seeds:
+            continue
+        clean = np.array([acc[m, "clean", s] for s in seeds])
+        delta = {a: np.array([acc[m, a, s] for s in seeds]) - clean for a in ATTACKS[1:]}
+        same = all(np.array_equal(delta[a], delta["nan"]) for a in ATTACKS[3:])
+        poisoned = cell(delta["nan"]) if same else " / ".join(f"{a} {cell(delta[a])}" for a in ATTACKS[2:])
+        late_seeds = [s for s in seeds if (m, "late", s) in acc]
+        late = "-" if not late_seeds else cell(
+            np.array([acc[m, "late", s] - acc[m, "clean", s] for s in late_seeds])
+        ) + ("" if late_seeds == seeds else f" (seeds {late_seeds})")
+        worst = max(ATTACKS[2:], key=lambda a: abs(delta[a].mean()))
+        se = f" (SE {100 * delta[worst].std(ddof=1) / np.sqrt(len(seeds)):.2f})" if len(seeds) > 1 else ""
+        print(f"| {m} | {len(seeds)} | {100 * clean.mean():.2f} | {cell(delta['absent'])} | {poisoned} | {late} | "
+              f"{'met' if abs(delta[worst].mean()) <= 0.01 else 'missed'}{se} |")
+    if failed:
+        print("failed runs: " + ", ".join(f"{m} {a}" for m, a in failed))
 
 
 def main() -> None:
@@ -247,6 +301,8 @@ def main() -> None:
     parser.add_argument("--device", type=int, default=0, help="the poisoned device")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/poisoned_device.jsonl"))
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="params.yaml overrides")
+    parser.add_argument("--attacks", nargs="+", default=list(ATTACKS), choices=ATTACKS + DIAGNOSTICS,
+                        help="runs to make (default: clean, absent and the three attacks)")
     parser.add_argument("--summarize", action="store_true")
     args = parser.parse_args()
     if args.summarize:
@@ -258,10 +314,10 @@ def main() -> None:
         methods = args.methods
         if methods == ["all"]:  # the oracle trains on pooled groups: no device uploads to poison
             methods = [m for m in registry.declarations("coldstart", builtin_only=True) if m != "centralized"]
-        run(seed, methods, args.epochs, args.device, args.out, overrides)
+        run(seed, methods, args.epochs, args.device, args.out, overrides, tuple(args.attacks))
         continual = list(CONTINUAL_METHODS) if args.continual == ["all"] else args.continual
         if continual:
-            run_continual(seed, continual, args.device, args.out, overrides)
+            run_continual(seed, continual, args.device, args.out, overrides, tuple(args.attacks))
 
 
 if __name__ == "__main__":

@@ -89,7 +89,9 @@ class FedGroup(ColdStart[FedGroupState]):
     K-means++ on their decomposed cosines and places the others, as newcomers, in
     the group of the nearest centroid (cold start). Each group model starts at w0 +
     the mean Δw of its sampled members. Then each round is FedAvg within groups plus
-    the inter-group step η_g.
+    the inter-group step η_g. A client whose pre-training upload is rejected is left
+    out of the sampling, the SVD and the K-means and joins the group nearest a zero
+    update (``protocol``'s rejected-upload rule).
 
     Attributes
     ----------

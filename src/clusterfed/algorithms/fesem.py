@@ -70,7 +70,9 @@ class FeSEM(ColdStart[FeSEMState]):
     on their local models (``seed_centres``); each round then trains every
     participant from its centre, assigns it to the nearest centre (``e_step``) and
     averages (M-step, |D|-weighted; a centre no participant joined is kept).
-    Clients that have not taken part yet are served centre 0.
+    Clients that have not taken part yet are served centre 0; a rejected upload is a
+    round not taken part in (``protocol``'s rejected-upload rule): the seeding and the
+    E-step run over the accepted uploads only and the client keeps its centre.
 
     Attributes
     ----------

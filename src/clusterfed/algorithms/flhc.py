@@ -58,7 +58,8 @@ class FLHC(ColdStart[FLHCState]):
     """FL+HC (Briggs et al., IJCNN 2020, §III): ``cluster_round`` rounds of FedAvg,
     one clustering round in which every client trains the global model and sends
     its update, then ``rounds`` rounds of FedAvg inside each cluster, every cluster
-    starting from the global model.
+    starting from the global model. A client whose clustering-round upload is
+    rejected forms a cluster of its own (``protocol``'s rejected-upload rule).
 
     Attributes
     ----------

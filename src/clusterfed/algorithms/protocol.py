@@ -8,6 +8,19 @@ bar and lets the method re-cluster (``recluster``). A method keeps what it learn
 its own typed state dataclass (fedjax's ``init``/``apply``) and its paper steps stay
 pure functions in its module. A variant overrides as little as it can.
 
+**Rejected uploads** (``engine/robust.py``): a device whose upload is rejected is, in
+that round, a device that did not take part. ``Engine.train`` leaves the upload out of
+the average, and with ``upload="each"`` the driver hands ``aggregate`` the accepted
+uploads only, so nothing of the round — average, similarity, update norm, split test,
+k-means++ seeding and its random draws, assignment — is computed from it. The device
+keeps the model and cluster it was served (FeSEM: its last centre, centre 0 before its
+first accepted upload; CFL: its cluster, outside the split statistics). The methods
+that group every device once, in one round, from its upload place a device without an
+accepted upload without it: FL+HC in a cluster of its own starting from the global
+model, FedGroup in the group whose centroid is nearest a zero update. IFCA and
+FedSoft choose a device's model from the server's losses on its data, not from an
+upload. Its later uploads are screened like any other.
+
 Every method declares its hyperparameters once (``hyperparameters``, a tuple of
 :class:`~clusterfed.hyperparams.Param`); the constructor checks them and the
 ``params.yaml`` schema and the README table are built from the same declarations.
