@@ -257,7 +257,7 @@ def summarize(out: Path) -> None:
 
 
 def summarize_seeds(rows: list[dict], methods: list[str]) -> None:
-    """Per method, over the seeds that ran every attack: the mean clean accuracy, and
+    """Per method, over the seeds that ran every attack: the clean accuracy (mean ± SD), and
     the mean ± SD (per-seed min … max) of absent − clean and of poisoned − clean for each
     attack, merged into one cell when the three attacks give the same accuracy on
     every seed; the target column: the mean of the attack farthest from clean within 1
@@ -286,7 +286,8 @@ def summarize_seeds(rows: list[dict], methods: list[str]) -> None:
         ) + ("" if late_seeds == seeds else f" (seeds {late_seeds})")
         worst = max(ATTACKS[2:], key=lambda a: abs(delta[a].mean()))
         se = f" (SE {100 * delta[worst].std(ddof=1) / np.sqrt(len(seeds)):.2f})" if len(seeds) > 1 else ""
-        print(f"| {m} | {len(seeds)} | {100 * clean.mean():.2f} | {cell(delta['absent'])} | {poisoned} | {late} | "
+        spread = f" ± {100 * clean.std(ddof=1):.2f}" if len(seeds) > 1 else ""
+        print(f"| {m} | {len(seeds)} | {100 * clean.mean():.2f}{spread} | {cell(delta['absent'])} | {poisoned} | {late} | "
               f"{'met' if abs(delta[worst].mean()) <= 0.01 else 'missed'}{se} |")
     if failed:
         print("failed runs: " + ", ".join(f"{m} {a}" for m, a in failed))
