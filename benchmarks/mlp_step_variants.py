@@ -21,7 +21,10 @@ engine's (``MLP._sgd_step``).
 - ``narrow_<k>``: the engine's step on the first k pixels only: the most that dropping
   pixels zero on every sample of a chunk's devices could save (the printed counts).
 
-Also printed: the share of the engine step's CPU time per aten op (``torch.profiler``).
+Also printed: the share of the engine step's CPU time per aten op (``torch.profiler``),
+and the CPU time of one step's batch gather from 20 devices' padded data ``[20, 3000, 784]``
+(``local_sgd``'s layout) by advanced indexing ``x[rows, idx]`` against ``index_select``
+on the samples flattened over devices (what ``local_sgd`` does now).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/mlp_step_variants.py --reps 5
 """
@@ -210,6 +213,20 @@ def main() -> None:
     total = sum(e.self_cpu_time_total for e in events)
     result["engine_op_share"] = {e.key: round(e.self_cpu_time_total / total, 3)
                                  for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:8]}
+    padded_x = X[: 20 * 3000].view(20, 3000, 784)
+    rows, base = torch.arange(M)[:, None], (torch.arange(M) * 3000)[:, None]
+    picks = torch.randint(0, 3000, (STEPS, M, B), generator=g)
+    gathers = {"advanced_indexing": lambda i: padded_x[rows, i],
+               "index_select": lambda i: padded_x.flatten(0, 1).index_select(0, (base + i).view(-1)).view(M, B, 784)}
+    assert torch.equal(gathers["advanced_indexing"](picks[0]), gathers["index_select"](picks[0]))
+    gather_times: dict[str, list[float]] = {k: [] for k in gathers}
+    for _ in range(args.reps):
+        for name, fn in gathers.items():
+            t = time.thread_time()
+            for i in picks:
+                fn(i)
+            gather_times[name].append((time.thread_time() - t) / STEPS * 1e6)
+    result["gather_us_per_step"] = {k: round(float(np.median(v)), 1) for k, v in gather_times.items()}
     result["load_after"] = open("/proc/loadavg").read().split()[:3]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
