@@ -175,8 +175,8 @@ def prepare(root: str, seed: int) -> Path:
     ds = load_dataset("mnist", root)
     rng = np.random.default_rng(seed)
     tr, te = rng.permutation(len(ds.y_train)), rng.permutation(len(ds.y_test))
+    torch.manual_seed(seed)  # before the model is drawn: the same initial model in every process
     net = build_model("mlp", (784,), 10, hidden=HIDDEN)
-    torch.manual_seed(seed)
     init = {f"init_{a}": p.detach().numpy() for a, p in zip(("0.weight", "0.bias", "2.weight", "2.bias"), net.parameters())}
     path = OUT / "peer_flower_data.npz"
     path.parent.mkdir(parents=True, exist_ok=True)
