@@ -210,7 +210,8 @@ def local_sgd(
     two cores): a batch-10 step is too small for two threads to split one GEMM (one
     thread was faster than two, ``benchmarks/RESULTS.md`` §11), while chunks are
     independent (disjoint rows, no random draws), so every pair's result is the same
-    bit for bit as chunk after chunk on one thread. Autograd steps stay one chunk.
+    bit for bit as chunk after chunk on one thread. Autograd steps stay one chunk; on a
+    GPU the chunks run one after another.
     """
     counts_given = data.counts[device_of_pair]
     orders = []  # every epoch's sample orders, drawn up front in the given pair order
@@ -249,6 +250,8 @@ def local_sgd(
     starts = range(0, len(device_of_pair), size)
     threads = torch.get_num_threads()
     workers = min(threads if workers is None else workers, len(starts))
+    if data.x.device.type != "cpu":  # threads split CPU cores; one GPU stream gains nothing
+        workers = 1
     if workers <= 1:
         for start in starts:
             train(start)
