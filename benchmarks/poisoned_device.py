@@ -261,11 +261,12 @@ def summarize_seeds(rows: list[dict], methods: list[str]) -> None:
     the mean ± SD (per-seed min … max) of absent − clean and of poisoned − clean for each
     attack, merged into one cell when the three attacks give the same accuracy on
     every seed; the target column: the mean of the attack farthest from clean within 1
-    point (met) or not, and that mean's standard error SD/√seeds."""
+    point (met) or not, and that mean's standard error SD/√seeds; then on how many seeds
+    that attack alone is within 1 point."""
     acc = {(r["method"], r["attack"], r["seed"]): r["honest_accuracy"] for r in rows if not r["error"]}
     failed = sorted({(r["method"], r["attack"]) for r in rows if r["error"]})
-    print("\n| method | seeds | clean | absent − clean | poisoned − clean | late − clean | target |")
-    print("| --- " * 7 + "|")
+    print("\n| method | seeds | clean | absent − clean | poisoned − clean | late − clean | target (mean) | seeds within 1 pt |")
+    print("| --- " * 8 + "|")
 
     def cell(d: np.ndarray) -> str:  # mean ± sample SD (per-seed min … max)
         sd = f" ± {100 * d.std(ddof=1):.2f}" if len(d) > 1 else ""
@@ -288,7 +289,8 @@ def summarize_seeds(rows: list[dict], methods: list[str]) -> None:
         se = f" (SE {100 * delta[worst].std(ddof=1) / np.sqrt(len(seeds)):.2f})" if len(seeds) > 1 else ""
         spread = f" ± {100 * clean.std(ddof=1):.2f}" if len(seeds) > 1 else ""
         print(f"| {m} | {len(seeds)} | {100 * clean.mean():.2f}{spread} | {cell(delta['absent'])} | {poisoned} | {late} | "
-              f"{'met' if abs(delta[worst].mean()) <= 0.01 else 'missed'}{se} |")
+              f"{'met' if abs(delta[worst].mean()) <= 0.01 else 'missed'}{se} | "
+              f"{int((np.abs(delta[worst]) <= 0.01).sum())} of {len(seeds)} |")
     if failed:
         print("failed runs: " + ", ".join(f"{m} {a}" for m, a in failed))
 
