@@ -41,12 +41,13 @@ def _params(seed: int):
 
 
 def reseeded(seeds: list[int], out: Path) -> None:
-    """The clean run of each seed with k-means++ drawing from ``default_rng([seed, 1])``."""
+    """The clean run of each seed with k-means++ keys drawn from ``default_rng([seed, 1])``."""
     honest_seeding = fesem.seed_centres
     for seed in seeds:
         params = _params(seed)
         fed = build.build_federation(params, seed)
-        fesem.seed_centres = lambda local, K, rng, s=seed: honest_seeding(local, K, np.random.default_rng([s, 1]))
+        fesem.seed_centres = lambda local, K, keys, s=seed: honest_seeding(
+            local, K, np.random.default_rng([s, 1]).exponential(size=keys.shape))
         try:
             result = build.build_algorithm("fesem", params).fit(build.build_engine(params, fed), seed=seed)
         finally:
@@ -72,8 +73,8 @@ def main() -> None:
     picked: list[np.ndarray] = []
     honest_seeding = fesem.seed_centres
 
-    def traced(local, K, rng):
-        idx = honest_seeding(local, K, rng)
+    def traced(local, K, keys):
+        idx = honest_seeding(local, K, keys)
         picked.append(idx)
         return idx
 

