@@ -193,7 +193,7 @@ def run(args) -> None:
                                       variant=args.variant, supporter_weight=args.supporter_weight)
                 print(f"[{datetime.now():%H:%M:%S}] {scenario} seed {seed} {name} ...", flush=True)
                 t0, c0 = time.perf_counter(), time.process_time()
-                res = algo.fit(eng, seed=seed, progress=False, ground_truth=fed.groups)
+                res = algo.fit(eng, seed=seed, progress=False, ground_truth=fed.groups, oracle_pools=fed.oracle_pools)
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
                 acc = res.device_accuracy
                 hist = res.history

@@ -149,8 +149,7 @@ def test_a_rejected_pooled_group_counts_against_no_device(digits):
     # charged to the real devices 0..G-1 (they did not upload it).
     fed = build_scenario(digits, "S0", group_sizes=[3], seed=2)
     engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
-    groups = np.array([0, 1, 1])
-    data = engine.pooled(groups)
+    data = engine.pooled([np.array([0]), np.array([1, 2])])
     data.x[1] = float("nan")  # group 1's pooled data
     gen = torch.Generator().manual_seed(0)
     params = engine.init_params(2, gen, distinct=False)

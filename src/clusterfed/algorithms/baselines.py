@@ -76,11 +76,14 @@ class PooledState:
 
 @register
 class Centralized(ColdStart[PooledState]):
-    """Oracle: one model per ground-truth group, trained on the group's pooled data
-    (the thesis tables' "Centralize" row, [1] cluster in S0 and [2] in S1–A2).
+    """Oracle: one model per ground-truth group, trained on pooled data and serving
+    the group's devices (the thesis tables' "Centralize" row, [1] cluster in S0 and
+    [2] in S1–A2).
 
-    It is the only method given the ground truth (``fit(..., ground_truth=groups)``),
-    as an upper reference.
+    It is the only method given the ground truth (``fit(..., ground_truth=groups,
+    oracle_pools=fed.oracle_pools)``), as an upper reference. A group's model pools
+    the training data of the group's devices, or of the devices the construction
+    lists for it (the authors' A1: the noisy model trains on every device's data).
     """
 
     name = "centralized"
@@ -94,8 +97,11 @@ class Centralized(ColdStart[PooledState]):
         clusters = tuple(
             Cluster(id=i, devices=frozenset(np.flatnonzero(groups == g).tolist())) for i, g in enumerate(labels)
         )
+        pools = ctx.oracle_pools or tuple(c.devices for c in clusters)
+        if len(pools) != len(labels):
+            raise ValueError(f"oracle_pools: {len(pools)} pools for {len(labels)} ground-truth groups")
         clustering = Clustering(clusters, engine.init_params(len(labels), ctx.generator, distinct=False))
-        return PooledState(clustering, engine.pooled(groups))
+        return PooledState(clustering, engine.pooled([np.sort(list(p)) for p in pools]))
 
     def configure_round(self, engine, state, participants, ctx):
         rows = np.arange(len(state.clustering.clusters))

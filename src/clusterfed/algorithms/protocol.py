@@ -81,11 +81,14 @@ class Method:
 @dataclass
 class Context:
     """The randomness of one fit, passed down explicitly, and the ground truth that
-    only the oracle (``centralized``) may read."""
+    only the oracle (``centralized``) may read: each device's group and the devices
+    each group's oracle model trains on (``Federation.oracle_pools``; None: the
+    group's own devices)."""
 
     rng: np.random.Generator
     generator: torch.Generator
     ground_truth: np.ndarray | None = None
+    oracle_pools: tuple[np.ndarray, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -176,10 +179,13 @@ class ColdStart(Method, Generic[State]):
 
     # -- the one entry point -----------------------------------------------------
     def fit(
-        self, engine: Engine, *, seed: int, progress: bool = False, ground_truth: np.ndarray | None = None
+        self, engine: Engine, *, seed: int, progress: bool = False, ground_truth: np.ndarray | None = None,
+        oracle_pools: tuple[np.ndarray, ...] | None = None,
     ) -> ColdStartResult:
         """Cluster the engine's federation and train a model per cluster."""
-        self.result_ = run_coldstart(self, engine, seed=seed, progress=progress, ground_truth=ground_truth)
+        self.result_ = run_coldstart(
+            self, engine, seed=seed, progress=progress, ground_truth=ground_truth, oracle_pools=oracle_pools
+        )
         return self.result_
 
 
@@ -190,10 +196,11 @@ def run_coldstart(
     seed: int,
     progress: bool = False,
     ground_truth: np.ndarray | None = None,
+    oracle_pools: tuple[np.ndarray, ...] | None = None,
 ) -> ColdStartResult:
     """The shared round loop: sampling, the engine call, history, traffic, progress."""
     rng, gen = generators(seed)
-    ctx = Context(rng=rng, generator=gen, ground_truth=ground_truth)
+    ctx = Context(rng=rng, generator=gen, ground_truth=ground_truth, oracle_pools=oracle_pools)
     n = engine.n_devices
     with engine.tally() as fit:  # every engine call of the fit, hooks' included
         with engine.tally() as screened:

@@ -7,7 +7,7 @@ results are averaged; the engine runs all pairs in batched tensor operations
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -356,9 +356,9 @@ class Engine:
         t = self.data.train
         return PaddedSplit(x=t.x[:, :n], y=t.y[:, :n], counts=t.counts.clamp(max=n))
 
-    def pooled(self, groups: np.ndarray) -> PaddedSplit:
-        """The training data of each group pooled into one virtual device (for ``data=``)."""
-        return pooled(self.data.train, groups)
+    def pooled(self, pools: Sequence[np.ndarray]) -> PaddedSplit:
+        """The training data of each pool of devices pooled into one virtual device (for ``data=``)."""
+        return pooled(self.data.train, pools)
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Shape of each parameter of one model of this engine's architecture."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,13 +69,13 @@ def _padded(fed: Federation, split: str, device: torch.device) -> PaddedSplit:
     )
 
 
-def pooled(split: PaddedSplit, groups: np.ndarray) -> PaddedSplit:
-    """One virtual device per group holding all its devices' samples (the oracle
-    ``centralized`` baseline trains on these)."""
+def pooled(split: PaddedSplit, pools: Sequence[np.ndarray]) -> PaddedSplit:
+    """One virtual device per pool of devices holding all their samples (the oracle
+    ``centralized`` baseline trains on these; pools may overlap)."""
     mask = split.mask
     xs, ys = [], []
-    for g in np.unique(groups):
-        members = torch.as_tensor(np.flatnonzero(groups == g), device=split.y.device)
+    for pool in pools:
+        members = torch.as_tensor(np.asarray(pool, dtype=np.int64), device=split.y.device)
         keep = mask[members]
         xs.append(split.x[members][keep])
         ys.append(split.y[members][keep])

@@ -27,6 +27,15 @@ fixes it, and this module follows those facts (DESIGN.md §9) in our own code:
 
 Ground-truth groups: the concept index (S1: 0 = labels 0–4; S2/A1/A2: 1 = the
 changed, noisy or scarce devices).
+
+The oracle "Centralize" (``test-centralize.py`` with ``read_data(central=True)``)
+trains one model per concept on pooled data and tests it on that concept's devices;
+what it pools is set here (``Federation.oracle_pools``): S1 and S2 each concept's own
+devices, A1 the noisy concept's model on *every* device's data, clean and noisy, and
+A2 the scarce concept's model on the scarce devices plus device 1, the first abundant
+device (their loop appends device 1's train data before keeping even devices only).
+Their S2 oracle splits the users, not the devices, by parity; we pool the devices
+of each concept, the same two concepts on about half of the images each.
 """
 
 from __future__ import annotations
@@ -172,6 +181,18 @@ def build_authors_scenario(
                     y[y == a], y_test[y_test == a] = b, b
             groups.append(int(changed))
         devices.append(_actor_splits(x, y, x_test, y_test))
+    description = {
+        "construction": "authors",
+        "users": n_users,
+        "users_per_device": per_device,
+        "data_seed": DATA_SEED,
+        "samples_per_device": [d.n_train + len(d.y_val) for d in devices],
+        "test_samples_per_device": [len(d.y_test) for d in devices],
+        "val_fraction": "25% + 1",
+    }
+    pools = oracle_pools(name, n_devices)
+    if pools is not None:
+        description["oracle_pools"] = pools
     return Federation(
         devices=tuple(devices),
         groups=np.asarray(groups, dtype=np.int64),
@@ -180,16 +201,20 @@ def build_authors_scenario(
         scenario=name,
         dataset=dataset.name,
         seed=seed,
-        description={
-            "construction": "authors",
-            "users": n_users,
-            "users_per_device": per_device,
-            "data_seed": DATA_SEED,
-            "samples_per_device": [d.n_train + len(d.y_val) for d in devices],
-            "test_samples_per_device": [len(d.y_test) for d in devices],
-            "val_fraction": "25% + 1",
-        },
+        description=description,
     )
+
+
+def oracle_pools(name: str, n_devices: int) -> list[list[int]] | None:
+    """The devices the authors' Centralize pools for the clean / abundant (group 0,
+    odd devices) and the noisy / scarce (group 1) model of A1 and A2; None for S1 and
+    S2, whose oracle pools each group's own devices."""
+    odd = list(range(1, n_devices, 2))
+    if name == "A1":
+        return [odd, list(range(n_devices))]
+    if name == "A2":
+        return [odd, sorted([*range(0, n_devices, 2), 1])]
+    return None
 
 
 def _actor_splits(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, y_test: np.ndarray) -> DeviceSplits:

@@ -33,6 +33,9 @@ class Federation:
 
     ``groups[d]`` is the ground-truth concept of device ``d``; algorithms never see it
     (only the ``centralized`` oracle baseline and the scoring do).
+    ``description["oracle_pools"]``, when a construction sets it, lists per group the
+    devices whose training data the oracle trains that group's model on
+    (:attr:`oracle_pools`).
     """
 
     devices: tuple[DeviceSplits, ...]
@@ -53,6 +56,17 @@ class Federation:
     def n_devices(self) -> int:
         return len(self.devices)
 
+    @property
+    def oracle_pools(self) -> tuple[np.ndarray, ...]:
+        """The devices whose training data the oracle (``centralized``) pools into the
+        model of each ground-truth group, groups in increasing order: each group's own
+        devices, unless the construction says otherwise (the authors' A1 and A2,
+        ``scenarios/authors.py``)."""
+        pools = self.description.get("oracle_pools")
+        if pools is None:
+            return tuple(np.flatnonzero(self.groups == g) for g in np.unique(self.groups))
+        return tuple(np.asarray(p, dtype=np.int64) for p in pools)
+
     def subset(self, devices: "np.ndarray | list[int]") -> "Federation":
         """The federation of ``devices`` only, renumbered 0..len-1 in the given order
         (e.g. newcomers that join after the others have federated)."""
@@ -60,11 +74,19 @@ class Federation:
         bad = [d for d in devices if not 0 <= d < self.n_devices]
         if bad:
             raise ValueError(f"devices {bad} are not in this federation of {self.n_devices}")
+        description = {**self.description, "subset_of_devices": devices}
+        if "oracle_pools" in description:  # renumbered; a group keeps only the devices taken
+            position = {d: i for i, d in enumerate(devices)}
+            kept = np.unique(self.groups[devices])
+            description["oracle_pools"] = [
+                [position[d] for d in pool.tolist() if d in position]
+                for g, pool in zip(np.unique(self.groups), self.oracle_pools) if g in kept
+            ]
         return replace(
             self,
             devices=tuple(self.devices[d] for d in devices),
             groups=self.groups[devices],
-            description={**self.description, "subset_of_devices": devices},
+            description=description,
         )
 
     def save(self, path: str | Path) -> None:
@@ -129,6 +151,11 @@ def _problems(fed: Federation) -> list[str]:
     if groups.shape != (len(fed.devices),) or not np.issubdtype(groups.dtype, np.integer):
         return [f"groups: expected {len(fed.devices)} integers (one per device), got shape {groups.shape} {groups.dtype}"]
     out = []
+    pools = fed.description.get("oracle_pools")
+    if pools is not None:
+        n_groups, n = len(np.unique(groups)), len(fed.devices)
+        if len(pools) != n_groups or any(not p or not all(0 <= int(d) < n for d in p) for p in pools):
+            out.append(f"description.oracle_pools: expected {n_groups} non-empty lists of devices 0..{n - 1}")
     for d, dev in enumerate(fed.devices):
         problem = _device_problem(dev, fed.input_shape, fed.n_classes)
         if problem:

@@ -35,7 +35,9 @@ def coldstart(params: Params, layout: RunLayout, *, progress: bool = True) -> No
             for name in params.coldstart.algorithms:
                 engine = build_engine(params, fed)
                 algorithm = build_algorithm(name, params)
-                result = algorithm.fit(engine, seed=seed, progress=progress, ground_truth=fed.groups)
+                result = algorithm.fit(
+                    engine, seed=seed, progress=progress, ground_truth=fed.groups, oracle_pools=fed.oracle_pools
+                )
                 files = layout.coldstart_run(name, seed, under=tmp)
                 ground_truth = fed.description.get("ground_truth", True)
                 write_result(result, files, seed, members, fed.groups if ground_truth else None)
