@@ -31,10 +31,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clusterfed.algorithms.fedcref import FedCRefParams, fedcref, no_association
+from clusterfed.algorithms.fedcref import FedCRefParams, fedcref, no_association, reconstruction_association
 from clusterfed.algorithms.fedcref.baselines import perfect_association
-from clusterfed.algorithms.fedcref.steps import NORMALIZE
+from clusterfed.algorithms.fedcref.steps import NORMALIZE, association_statistics
 from clusterfed.data import load_dataset
+from clusterfed.evaluation.clustering_accuracy import clustering_accuracy
 from clusterfed.evaluation.fedcref_scores import mean_ci95, score_history, summarize_run
 from clusterfed.scenarios.unsupervised import make_clients
 
@@ -67,12 +68,14 @@ def run_one(mode: str, dirtiness: float, n_clients: int, run: int, args, pool) -
         from clusterfed.algorithms.fedcref.dec import local_dec
 
         clients = clients.with_initial(local_dec(clients, seed=run))
-    associate = {"perfect": perfect_association(truth), "local": no_association}.get(mode)
+    readings: list[dict] = []  # one per association, i.e. per iteration (the paper's rule only)
+    associate = {"perfect": perfect_association(truth), "local": no_association}.get(mode) or recording_association(
+        params, np.concatenate(truth.y), readings)
     result = fedcref(clients, params, seed=run, associate=associate)
     rows = score_history(result.history, list(clients.initial), truth)
     return {
         "rows": rows,
-        "graph": [graph_reading(h, truth) for h in result.history],
+        "graph": [{**graph_reading(h, truth), **(readings[t] if readings else {})} for t, h in enumerate(result.history)],
         "summary": summarize_run(rows, truth),
         "pool_reshuffles": truth.pool_reshuffles,
         "wall_s": time.time() - started,
@@ -92,10 +95,60 @@ def graph_reading(h: dict, truth) -> dict:
     same = sum(cat(*a) == cat(*b) for a, b in h["links"])
     led = [int(np.bincount([cat(i, q) for i, q in g]).argmax()) for g in h["groups"]]
     isolated = [cat(i, q) for i, q in h["isolated_clusters"]]
+    before, after = h["assignment_at_association"], h["assignment"]
     return {
         "links_same_category": int(same), "links_other_category": int(len(h["links"]) - same),
         "communities_per_category": [led.count(c) for c in range(truth.n_categories)],
         "isolated_per_category": [isolated.count(c) for c in range(truth.n_categories)],
+        # per client: ACC between its clusterings before and after this refinement (the
+        # stability test against τ; 1 for a client no longer in A) and ACC against the truth
+        "client_stability": [round(clustering_accuracy(a, b), 4) for a, b in zip(after, before)],
+        "client_acc": [round(clustering_accuracy(a, y), 4) for a, y in zip(after, truth.y)],
+    }
+
+
+def recording_association(params: FedCRefParams, y_all: np.ndarray, readings: list[dict]):
+    """The paper's rule, unchanged, that also records how eq. (2)'s statistic sits on
+    the true categories (the clusters' majority digits) at each association."""
+    rule = reconstruction_association(params)
+
+    def associate(errors: np.ndarray, layout) -> np.ndarray:
+        adjacency = rule(errors, layout)
+        stat = association_statistics(errors, layout.members, layout.client_of, α=params.α,
+                                      normalize=params.normalize)
+        readings.append(statistic_reading(stat, adjacency, layout.members, y_all, params.θ))
+        return adjacency
+
+    return associate
+
+
+def statistic_reading(stat: np.ndarray, adjacency: np.ndarray, members: list[np.ndarray], y_all: np.ndarray,
+                      θ: float) -> dict:
+    """Quantiles (min, 25%, median, 75%, max) of the two-way statistic max(stat[b, a],
+    stat[a, b]) over tested pairs of the same / different majority digit, ordered pairs
+    of different digits passing one way, and every link between different digits as
+    [digit a, digit b, stat on a, stat on b, purity a, purity b, size a, size b]."""
+    counts = [np.bincount(y_all[m]) if len(m) else np.zeros(1, dtype=np.int64) for m in members]
+    cat = np.array([int(c.argmax()) if c.sum() else -1 for c in counts])
+    purity = [float(c.max() / c.sum()) if c.sum() else 0.0 for c in counts]
+    two_way = np.maximum(stat, stat.T)
+    a, b = np.triu_indices(len(members), 1)
+    tested = np.isfinite(two_way[a, b])
+    same = cat[a] == cat[b]
+
+    def quantiles(v: np.ndarray) -> list[float]:
+        return [round(float(x), 4) for x in np.percentile(v, [0, 25, 50, 75, 100])] if len(v) else []
+
+    other = cat[:, None] != cat[None, :]
+    links = [(i, j) for i, j in zip(a, b) if adjacency[i, j] and cat[i] != cat[j]]
+    return {
+        "stat_same_category": quantiles(two_way[a, b][tested & same]),
+        "stat_other_category": quantiles(two_way[a, b][tested & ~same]),
+        "pairs_same_category": int((tested & same).sum()), "pairs_other_category": int((tested & ~same).sum()),
+        "other_category_one_way": int(((stat <= θ) & other).sum()),
+        "other_category_links": [[int(cat[i]), int(cat[j]), round(float(stat[j, i]), 4), round(float(stat[i, j]), 4),
+                                  round(purity[i], 3), round(purity[j], 3), len(members[i]), len(members[j])]
+                                 for i, j in links],
     }
 
 

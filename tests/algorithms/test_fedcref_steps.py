@@ -6,6 +6,7 @@ import pytest
 
 from clusterfed.algorithms.fedcref.steps import (
     association_graph,
+    association_statistics,
     cluster_refine,
     communities_and_isolated,
     global_stop,
@@ -95,6 +96,19 @@ def test_association_needs_both_directions():
     expected = np.zeros((4, 4), bool)
     expected[0, 2] = expected[2, 0] = True
     np.testing.assert_array_equal(adj, expected)
+
+
+def test_association_statistics_are_the_eq2_percentiles_per_ordered_pair():
+    per = 8
+    members = [np.arange(c * per, (c + 1) * per) for c in range(3)]
+    client_of = np.array([0, 0, 1])
+    errors = _errors_for({(2, 0): SMALL_GAPS, (0, 2): LARGE_GAPS}, 3, per)
+    stat = association_statistics(errors, members, client_of, α=75)
+    assert stat[2, 0] == pytest.approx(0.1125) and stat[0, 2] == pytest.approx(0.9125)
+    assert stat[1, 2] == pytest.approx(0.9125)  # the default: nobody reconstructs a like its own model
+    assert np.isinf(stat[[0, 1, 0, 1, 2], [1, 0, 0, 1, 2]]).all()  # same client: no test
+    passed = stat <= 0.2
+    np.testing.assert_array_equal(association_graph(errors, members, client_of, α=75, θ=0.2), passed & passed.T)
 
 
 def test_empty_clusters_have_no_edges():

@@ -25,7 +25,7 @@ def one_way_association(e_own: np.ndarray, e_other: np.ndarray, *, α: float, θ
 
     ``e_own`` are cluster q's per-sample errors under its own model AE_iq, ``e_other``
     under the received AE_jp. The test reads as "the α-th percentile of the normalised
-    differences is at most θ" (the authors' code); see :func:`one_way_matrix` for the
+    differences is at most θ" (the authors' code); see :func:`eq2_statistic` for the
     readings of Normalize (for one pair, "client" is "pair").
     """
     return bool(one_way_matrix(e_own[None, :], e_other[None, :], α=α, θ=θ, normalize=normalize)[0])
@@ -34,7 +34,14 @@ def one_way_association(e_own: np.ndarray, e_other: np.ndarray, *, α: float, θ
 def one_way_matrix(
     e_own: np.ndarray, e_other: np.ndarray, *, α: float, θ: float, normalize: str = "pair"
 ) -> np.ndarray:
-    """Eq. (2) for many (own, other) vector pairs at once: rows of ``[P, n]`` arrays.
+    """Eq. (2) for many (own, other) vector pairs at once: rows of ``[P, n]`` arrays;
+    each holds one way when its :func:`eq2_statistic` is at most θ."""
+    return eq2_statistic(e_own, e_other, α=α, normalize=normalize) <= θ
+
+
+def eq2_statistic(e_own: np.ndarray, e_other: np.ndarray, *, α: float, normalize: str = "pair") -> np.ndarray:
+    """Eq. (2)'s statistic per row of ``[P, n]`` arrays: the α-th percentile of the
+    normalised differences |E_own − E_other| (+inf for a pair that never associates).
 
     §4.2 says the differences are "normalized to the unit range [0, 1]"; which values
     are scaled together it leaves open (RESULTS.md §6.5 measures the three readings):
@@ -52,9 +59,9 @@ def one_way_matrix(
     finite = np.isfinite(e_own - e_other).all(axis=1)
     if not finite.all():
         e_own, e_other = np.broadcast_arrays(e_own, e_other)
-        out = np.zeros(len(finite), dtype=bool)
+        out = np.full(len(finite), np.inf)
         if finite.any():
-            out[finite] = one_way_matrix(e_own[finite], e_other[finite], α=α, θ=θ, normalize=normalize)
+            out[finite] = eq2_statistic(e_own[finite], e_other[finite], α=α, normalize=normalize)
         return out
     if normalize == "joint":
         lo = np.minimum(e_own.min(axis=1, keepdims=True), e_other.min(axis=1, keepdims=True))
@@ -67,7 +74,7 @@ def one_way_matrix(
         lo = d.min(axis=axis, keepdims=True)
         span = d.max(axis=axis, keepdims=True) - lo
         d_norm = np.divide(d - lo, span, out=np.zeros_like(d), where=span > 0)
-    return np.percentile(d_norm, α, axis=1) <= θ
+    return np.percentile(d_norm, α, axis=1)
 
 
 def association_graph(
@@ -87,8 +94,17 @@ def association_graph(
     holds in both directions; one-way success does not associate. Empty clusters
     have no model and no edge.
     """
+    one_way = association_statistics(errors, members, client_of, α=α, normalize=normalize) <= θ
+    return one_way & one_way.T  # one_way[b, a]: AE_b reconstructs Q_a like AE_a
+
+
+def association_statistics(
+    errors: np.ndarray, members: list[np.ndarray], client_of: np.ndarray, *, α: float, normalize: str = "pair"
+) -> np.ndarray:
+    """stat[b, a]: eq. (2)'s statistic of model b on cluster a for every ordered pair of
+    non-empty clusters of different clients (+inf elsewhere: no test, no edge)."""
     n = len(members)
-    one_way = np.zeros((n, n), dtype=bool)  # one_way[b, a]: AE_b reconstructs Q_a like AE_a
+    stat = np.full((n, n), np.inf)
     for a, idx in enumerate(members):
         if len(idx) == 0:
             continue
@@ -96,8 +112,8 @@ def association_graph(
         if len(others) == 0:
             continue
         e_own = np.broadcast_to(errors[a, idx], (len(others), len(idx)))
-        one_way[others, a] = one_way_matrix(e_own, errors[np.ix_(others, idx)], α=α, θ=θ, normalize=normalize)
-    return one_way & one_way.T
+        stat[others, a] = eq2_statistic(e_own, errors[np.ix_(others, idx)], α=α, normalize=normalize)
+    return stat
 
 
 def communities_and_isolated(adjacency: np.ndarray, nodes: np.ndarray) -> tuple[list[list[int]], list[int]]:
