@@ -7,7 +7,9 @@ samples per category, overlap 0), runs one method and appends one line to
 ``benchmarks/out/fedcref/runs.jsonl`` (config, per-iteration rows, summary, wall and
 CPU seconds, load average, commit). Runs already in the file are skipped, so an
 interrupted sweep resumes. ``--summary`` prints the mean ± 95% CI table of every
-finished configuration with ``--samples`` S (default 500: §6.3's rows).
+finished configuration with ``--samples`` S (default 500: §6.3's rows), the scaling rows of
+Tables 7–8 (dirtiness 0.3, N = 20–50, perfect associations beside) next to the paper's
+figures, and Global DEC.
 
 Modes: ``fedcref`` (dirty-uniform init), ``perfect`` (association graph from the
 true categories, Table 4's upper bound), ``local`` (no federation), ``dec_init``
@@ -157,7 +159,16 @@ def finished(out: Path) -> list[dict]:
     return [json.loads(line) for line in runs.read_text().splitlines() if line.strip()] if runs.exists() else []
 
 
+# fedcref Tables 3–4 (N = 25) and 7–8 (EMNIST-Digits, dirtiness 0.3, 5 runs): communities,
+# |W|, isolated start, isolated end, ACC end, ACC end with perfect associations
+PAPER_SCALING = {20: (10.2, 0.22, 70.9, 21.4, 0.869, 0.921), 25: (9.8, 5.1, 87.6, 16.1, 0.879, 0.949),
+                 30: (10.4, 1.43, 106.4, 20.3, 0.905, 0.937), 40: (11.5, 3.38, 141.4, 30.9, 0.86, 0.953),
+                 50: (14.4, 8.71, 177.7, 65.1, 0.801, 0.955)}
+
+
 def summary(out: Path, samples: int) -> None:
+    """Print RESULTS.md §6.3's generated tables: every configuration with S = ``samples``,
+    the scaling rows of Tables 7–8 beside the paper's, and Global DEC."""
     groups: dict[tuple, list[dict]] = {}
     for rec in finished(out):
         if rec.get("samples", 500) != samples:
@@ -165,6 +176,19 @@ def summary(out: Path, samples: int) -> None:
         key = (rec["mode"] + ("" if rec.get("normalize", "pair") == "pair" else f" ({rec['normalize']})"),
                rec["dirtiness"], rec["n_clients"], rec.get("samples", 500))
         groups.setdefault(key, []).append(rec)
+
+    def cell(recs: list[dict], key: str, fmt: str = "{:.3f}") -> str:
+        """Mean (± 95% CI half-width from 2 runs on) of a summary figure over runs."""
+        sums = [r["summary"] for r in recs]
+        if not sums or key not in sums[0]:
+            return "–"
+        m, h = mean_ci95([x[key] for x in sums])
+        return (fmt + " (±" + fmt + ")").format(m, h) if len(sums) > 1 else fmt.format(m)
+
+    def cost(recs: list[dict]) -> str:
+        cpu = f"{np.mean([r['cpu_s'] for r in recs]):.0f}" if all("cpu_s" in r for r in recs) else "–"
+        return f"{np.mean([r['wall_s'] for r in recs]):.0f} | {cpu}"
+
     print("| mode | dirtiness | N | S | runs | communities / 10 | wrong ass. \\|W\\| | isolated start → end "
           "| ACC init | ACC end | iterations | MB exchanged | wall s / run | CPU s / run | digits without / split |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -172,35 +196,37 @@ def summary(out: Path, samples: int) -> None:
         if mode == "global_dec":
             continue
         sums = [r["summary"] for r in recs]
-
-        def f(key: str, fmt: str = "{:.3f}") -> str:
-            if key not in sums[0]:
-                return "–"
-            m, h = mean_ci95([x[key] for x in sums])
-            return (fmt + " (±" + fmt + ")").format(m, h) if len(sums) > 1 else fmt.format(m)
-
-        wall = np.mean([r["wall_s"] for r in recs])
-        cpu = f"{np.mean([r['cpu_s'] for r in recs]):.0f}" if all("cpu_s" in r for r in recs) else "–"
         # at the end: categories leading no community / more than one (|G| = |U| only when both are 0)
         ends = [r["graph"][-1]["communities_per_category"] for r in recs if r.get("graph")]
         per_cat = (f"{np.mean([sum(c == 0 for c in e) for e in ends]):.1f} / "
                    f"{np.mean([sum(c > 1 for c in e) for e in ends]):.1f}") if len(ends) == len(recs) else "–"
         mb = f"{np.mean([x['bytes'] for x in sums]) / 1e6:.0f}" if "bytes" in sums[0] else "–"
-        print(f"| {mode} | {dirt} | {n} | {s} | {len(recs)} | {f('communities', '{:.1f}')} | "
-              f"{f('wrong_associations', '{:.1f}')} | {f('isolated_start', '{:.1f}')} → {f('isolated_end', '{:.1f}')} | "
-              f"{f('acc_init')} | {f('acc_end')} | {f('iterations', '{:.1f}')} | {mb} | {wall:.0f} | {cpu} | {per_cat} |")
+        print(f"| {mode} | {dirt} | {n} | {s} | {len(recs)} | {cell(recs, 'communities', '{:.1f}')} | "
+              f"{cell(recs, 'wrong_associations', '{:.1f}')} | {cell(recs, 'isolated_start', '{:.1f}')} → "
+              f"{cell(recs, 'isolated_end', '{:.1f}')} | {cell(recs, 'acc_init')} | {cell(recs, 'acc_end')} | "
+              f"{cell(recs, 'iterations', '{:.1f}')} | {mb} | {cost(recs)} | {per_cat} |")
+
+    scaling = [n for n in sorted(PAPER_SCALING) if ("fedcref", 0.3, n, samples) in groups]
+    if scaling:
+        print("\nTables 7–8 (3–4 at N = 25), dirtiness 0.3: FedCRef mean (± 95% CI) over its runs [paper: EMNIST-Digits, 5 runs]")
+        print("\n| N | runs FedCRef / perfect | communities [paper] | \\|W\\| [paper] | isolated start → end [paper] "
+              "| ACC end [paper] | perfect associations ACC end [paper] | wall / CPU s per FedCRef run |")
+        print("|---|---|---|---|---|---|---|---|")
+    for n in scaling:
+        recs, perfect = groups[("fedcref", 0.3, n, samples)], groups.get(("perfect", 0.3, n, samples), [])
+        g, w, i0, i1, acc, acc_perfect = PAPER_SCALING[n]
+        print(f"| {n} | {len(recs)} / {len(perfect)} | {cell(recs, 'communities', '{:.1f}')} [{g}] | "
+              f"{cell(recs, 'wrong_associations', '{:.1f}')} [{w}] | {cell(recs, 'isolated_start', '{:.1f}')} → "
+              f"{cell(recs, 'isolated_end', '{:.1f}')} [{i0} → {i1}] | {cell(recs, 'acc_end')} [{acc}] | "
+              f"{cell(perfect, 'acc_end') if perfect else 'not run'} [{acc_perfect}] | {cost(recs).replace(' | ', ' / ')} |")
+
     dec_rows = {key: recs for key, recs in sorted(groups.items()) if key[0] == "global_dec"}
     if dec_rows:
         print("\n| Global DEC: N | S | runs | K found (t-SNE silhouette) | ACC pooled | ACC per client | wall s / run | CPU s / run |")
         print("|---|---|---|---|---|---|---|---|")
     for (_, _, n, s), recs in dec_rows.items():
-        sums = [r["summary"] for r in recs]
-        k, acc, per_client = (mean_ci95([x[key] for x in sums]) for key in ("k_found", "acc_pooled", "acc_end"))
-        ci = len(recs) > 1
-        print(f"| {n} | {s} | {len(recs)} | {k[0]:.1f}{f' (±{k[1]:.1f})' if ci else ''} | "
-              f"{acc[0]:.3f}{f' (±{acc[1]:.3f})' if ci else ''} | "
-              f"{per_client[0]:.3f}{f' (±{per_client[1]:.3f})' if ci else ''} | {np.mean([r['wall_s'] for r in recs]):.0f} | "
-              f"{np.mean([r['cpu_s'] for r in recs]):.0f} |")
+        print(f"| {n} | {s} | {len(recs)} | {cell(recs, 'k_found', '{:.1f}')} | {cell(recs, 'acc_pooled')} | "
+              f"{cell(recs, 'acc_end')} | {cost(recs)} |")
 
 
 def main() -> None:
