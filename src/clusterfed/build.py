@@ -16,7 +16,7 @@ import numpy as np
 
 from clusterfed import registry
 from clusterfed.algorithms import ColdStart
-from clusterfed.config import THESIS_SCENARIOS, Params, ParamsError
+from clusterfed.config import THESIS_SCENARIOS, Params, ParamsError, continual_devices
 from clusterfed.continual.protocol import ContinualMethod
 from clusterfed.continual.schedules import make_schedule, validate_schedule
 from clusterfed.continual.state import timestep_seed
@@ -134,7 +134,7 @@ def build_continual_algorithm(name: str, params: Params) -> ContinualMethod:
 def build_schedule(params: Params) -> np.ndarray:
     """The device x timestep concept matrix: explicit in params, or generated."""
     c = params.continual
-    n_devices = sum(params.scenario.group_sizes)
+    n_devices = continual_devices(params)
     if c.schedule is not None:
         return validate_schedule(c.schedule, n_devices=n_devices, timesteps=c.timesteps, n_concepts=2)
     return make_schedule(c.setting, n_devices, c.timesteps, block=c.block)
@@ -167,16 +167,24 @@ def checkpoint_fingerprint(params: Params, algorithm: str, seed: int) -> str:
 
 def timestep_engines(params: Params, schedule: np.ndarray, seed: int) -> Callable[[int], Engine]:
     """``engine_at(t)``: the engine over timestep t's new data, drawn for the concept
-    the schedule gives each device (thesis §4.3); depends only on (seed, t)."""
+    the schedule gives each device (thesis §4.3); depends only on (seed, t), and under
+    the authors' construction only on t (their data are seeded with 0)."""
     c, s = params.continual, params.scenario
     dataset = load_dataset(params.data.dataset, params.data.root, seed=seed)
 
     def engine_at(t: int) -> Engine:
-        fed = federation_from_concepts(
-            dataset, s.name, schedule[:, t], n_concepts=2, seed=timestep_seed(seed, t),
-            samples_per_device=c.samples_per_device, test_samples_per_device=c.test_samples_per_device,
-            val_fraction=s.val_fraction, noise=s.noise, scarcity=s.scarcity,
-        )
+        if s.construction == "authors":
+            fed = build_authors_scenario(
+                dataset, s.name, seed=seed, users=s.users, concepts=schedule[:, t], timestep=t,
+                gaussian_mean=s.noise.gaussian_mean, gaussian_variance=s.noise.gaussian_variance,
+                salt_pepper_amount=s.noise.salt_pepper_density,
+            )
+        else:
+            fed = federation_from_concepts(
+                dataset, s.name, schedule[:, t], n_concepts=2, seed=timestep_seed(seed, t),
+                samples_per_device=c.samples_per_device, test_samples_per_device=c.test_samples_per_device,
+                val_fraction=s.val_fraction, noise=s.noise, scarcity=s.scarcity,
+            )
         return build_engine(params, fed)
 
     return engine_at

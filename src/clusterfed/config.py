@@ -16,6 +16,7 @@ from clusterfed import declared, registry
 from clusterfed.data import DATASETS
 from clusterfed.hyperparams import Param, Section, markdown_table, section_model
 from clusterfed.scenarios import NoiseParams, ScarcityParams
+from clusterfed.scenarios.authors import authors_devices, default_users
 
 # The declarations are read from the methods' source, not imported (no torch here).
 ROUNDS: Param = declared.value("clusterfed.algorithms.protocol", "ROUNDS")
@@ -52,7 +53,8 @@ class ScenarioParams(_Section):
     construction: Literal["thesis", "authors"] = Field(
         "thesis",
         description="S1-A2 as the thesis text reads (group_sizes devices, [0, 1] pixels) or as the "
-        "authors' code builds them (FedProx users, standardised pixels; scenarios/authors.py).",
+        "authors' code builds them (FedProx users, standardised pixels; scenarios/authors.py), "
+        "cold start and continual (each device keeps its users, new images per timestep).",
     )
     users: PositiveInt | None = Field(
         None, description="Authors' construction: FedProx users (10 per device, A2 20); default 1000 on MNIST, 100 on digits."
@@ -251,8 +253,11 @@ def _cross_checks(params: Params) -> list[str]:
     if s.construction == "authors":
         if s.name not in ("S1", "S2", "A1", "A2"):
             out.append(f"scenario.construction: the authors' construction builds S1, S2, A1, A2, not {s.name!r}")
-        if c.enabled:
-            out.append("continual.enabled: the authors' construction is cold-start only (their code has no continual part)")
+        elif c.enabled:
+            try:
+                continual_devices(params)
+            except ValueError as exc:
+                out.append(str(exc))
     if s.name == "custom" and s.path is None:
         out.append("scenario.path: required for scenario 'custom' (a folder of one .npz file per device)")
     if s.name != "custom" and s.path is not None:
@@ -260,6 +265,17 @@ def _cross_checks(params: Params) -> list[str]:
     if c.enabled and s.name not in ("S1", "S2", "A1", "A2"):
         out.append(f"continual.enabled: continual concepts come from S1, S2, A1, A2, not {s.name!r}")
     return out
+
+
+def continual_devices(params: Params) -> int:
+    """Devices of the continual scenario: ``scenario.group_sizes`` summed, or under the
+    authors' construction the devices its FedProx users make (ValueError naming
+    ``scenario.users`` when they cannot)."""
+    s = params.scenario
+    if s.construction == "authors":
+        users = default_users(params.data.dataset) if s.users is None else s.users
+        return authors_devices(s.name, users)
+    return sum(s.group_sizes)
 
 
 def load_params(path: str | Path = "params.yaml", *, overrides: dict[str, object] | None = None) -> Params:
@@ -304,7 +320,7 @@ def parse_params(raw: object, *, source: str = "params") -> Params:
         try:
             validate_schedule(
                 params.continual.schedule,
-                n_devices=sum(params.scenario.group_sizes),
+                n_devices=continual_devices(params),
                 timesteps=params.continual.timesteps,
                 n_concepts=2,
             )

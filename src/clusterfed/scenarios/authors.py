@@ -25,6 +25,12 @@ fixes it, and this module follows those facts (DESIGN.md §9) in our own code:
   so the federation is the same for every run seed; the run seed only seeds models
   and training.
 
+Continual runs (their code has none; our assumptions, README "The authors'
+construction"): ``concepts`` gives each device its concept at a timestep (the shared
+schedules of ``continual/schedules.py``); a device keeps its users, and at timestep
+t ≥ 1 every user draws new images of the same digits in the same numbers
+(:func:`redrawn_users`, seeded by t alone); t = 0 is the cold start's data.
+
 Ground-truth groups: the concept index (S1: 0 = labels 0–4; S2/A1/A2: 1 = the
 changed, noisy or scarce devices).
 
@@ -57,10 +63,9 @@ TRAIN_SHARE = 0.9
 STANDARDISE_EPS = 0.001
 
 
-def default_users(dataset: ArrayDataset) -> int:
-    """FedProx's 1000 users on MNIST-size data (≥ 20 000 images), 100 on smaller sets."""
-    n = len(dataset.y_train) + len(dataset.y_test)
-    return 1000 if n >= 20_000 else 100
+def default_users(dataset: str) -> int:
+    """FedProx's 1000 users on the MNIST-size datasets, 100 on digits (1797 images)."""
+    return 100 if dataset == "digits" else 1000
 
 
 def standardise(x: np.ndarray) -> np.ndarray:
@@ -116,12 +121,52 @@ def fedprox_users(
     return users
 
 
+def authors_devices(name: str, users: int) -> int:
+    """Devices of scenario ``name`` built from ``users`` FedProx users, or ValueError
+    naming ``scenario.users``."""
+    if name not in AUTHORS_SCENARIOS:
+        raise ValueError(f"the authors' construction builds {AUTHORS_SCENARIOS}, not {name!r}")
+    per_device = A2_USERS_PER_DEVICE if name == "A2" else USERS_PER_DEVICE
+    if users < 2 * per_device or users % per_device:
+        raise ValueError(
+            f"scenario.users: {name} merges {per_device} users per device and needs two devices; "
+            f"{users} is not a multiple of {per_device} of at least {2 * per_device}"
+        )
+    return users // per_device
+
+
+def cold_start_concepts(name: str, n_devices: int) -> np.ndarray:
+    """The concept of each device in the cold-start scenario: the changed concept on
+    the even devices (S1: concept 0 = labels 0–4 there; S2/A1/A2: concept 1)."""
+    even = np.arange(n_devices) % 2 == 0
+    return (~even if name == "S1" else even).astype(np.int64)
+
+
+def redrawn_users(
+    users: list[tuple[np.ndarray, np.ndarray]], y: np.ndarray, n_classes: int, rng: np.random.Generator
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """New samples for the same users: each user keeps how many images of each digit
+    it holds and its train / test sizes, the images are drawn afresh (disjoint
+    between users, as in the generator) from the whole dataset."""
+    counts = np.stack([np.bincount(y[np.concatenate(u)], minlength=n_classes) for u in users])
+    pools = [rng.permutation(np.flatnonzero(y == c)) for c in range(n_classes)]
+    starts = np.vstack([np.zeros(n_classes, dtype=np.int64), np.cumsum(counts, 0)[:-1]])
+    out = []
+    for u, (train, _) in enumerate(users):
+        parts = [pools[c][starts[u, c] : starts[u, c] + counts[u, c]] for c in np.flatnonzero(counts[u])]
+        idx = rng.permutation(np.concatenate(parts))
+        out.append((idx[: len(train)], idx[len(train) :]))
+    return out
+
+
 def build_authors_scenario(
     dataset: ArrayDataset,
     name: str,
     *,
     seed: int,
     users: int | None = None,
+    concepts: np.ndarray | None = None,
+    timestep: int = 0,
     gaussian_mean: float = 0.0,
     gaussian_variance: float = 0.4,
     salt_pepper_amount: float = 0.7,
@@ -131,71 +176,70 @@ def build_authors_scenario(
     ``users`` FedProx users (default :func:`default_users`) give ``users / 10``
     devices (A2: ``users / 20``). ``seed`` is recorded but does not change the data
     (every choice uses ``DATA_SEED``).
+
+    ``concepts`` (default :func:`cold_start_concepts`) gives each device's concept:
+    S1 concept c = the c-th half of the labels, S2 the label shift c, A1 / A2 concept
+    1 = noisy / scarce. ``timestep`` t ≥ 1 gives every user new samples
+    (:func:`redrawn_users`, seeded by ``(DATA_SEED, t)``); t = 0 is the cold start's
+    data, so the cold-start concepts at t = 0 give exactly the cold-start federation.
     """
-    if name not in AUTHORS_SCENARIOS:
-        raise ValueError(f"the authors' construction builds {AUTHORS_SCENARIOS}, not {name!r}")
     k = dataset.n_classes
-    n_users = default_users(dataset) if users is None else int(users)
-    per_device = A2_USERS_PER_DEVICE if name == "A2" else USERS_PER_DEVICE
-    if n_users < 2 * per_device or n_users % per_device:
-        raise ValueError(
-            f"scenario.users: {name} merges {per_device} users per device and needs two devices; "
-            f"{n_users} is not a multiple of {per_device} of at least {2 * per_device}"
-        )
+    n_users = default_users(dataset.name) if users is None else int(users)
+    n_devices = authors_devices(name, n_users)
+    per_device = n_users // n_devices
+    concepts = cold_start_concepts(name, n_devices) if concepts is None else np.asarray(concepts, dtype=np.int64)
+    if concepts.shape != (n_devices,) or not set(concepts.tolist()) <= {0, 1}:
+        raise ValueError(f"concepts: expected {n_devices} concepts 0 or 1, got {concepts.tolist()}")
     rng = np.random.default_rng(DATA_SEED)
     x_all = np.concatenate([dataset.x_train, dataset.x_test])
     y_all = np.concatenate([dataset.y_train, dataset.y_test]).astype(np.int64)
     x_all = standardise(x_all)
     user_idx = fedprox_users(y_all, n_users, k, rng)
-    n_devices = n_users // per_device
-    half = np.arange(k) < (k + 1) // 2  # S1: labels 0..4 for K = 10
+    if timestep:
+        rng = np.random.default_rng([DATA_SEED, timestep])
+        user_idx = redrawn_users(user_idx, y_all, k, rng)
+    halves = (np.arange(k) < (k + 1) // 2, np.arange(k) >= (k + 1) // 2)  # S1: labels 0..4, 5..9 for K = 10
 
-    devices, groups = [], []
+    devices = []
     for d in range(n_devices):
-        changed = d % 2 == 0
-        members = range(d * per_device, d * per_device + (A2_SCARCE_USERS if name == "A2" and changed else per_device))
+        c = int(concepts[d])
+        members = range(d * per_device, d * per_device + (A2_SCARCE_USERS if name == "A2" and c else per_device))
         tr = np.concatenate([user_idx[u][0] for u in members])
         te = np.concatenate([user_idx[u][1] for u in members])
         x, y = x_all[tr], y_all[tr].copy()
         x_test, y_test = x_all[te], y_all[te].copy()
         if name == "S1":
-            in_range = np.flatnonzero(half if changed else ~half)
+            in_range = np.flatnonzero(halves[c])
             out = ~np.isin(y, in_range)
             y[out] = rng.integers(0, k, size=int(out.sum()))
             keep = np.isin(y_test, in_range)
             x_test, y_test = x_test[keep], y_test[keep]
-            groups.append(0 if changed else 1)
-        elif name == "S2":
-            if changed:
-                y, y_test = (y + 1) % k, (y_test + 1) % k
-            groups.append(int(changed))
-        elif name == "A1":
-            if changed:
-                kw = dict(mean=gaussian_mean, variance=gaussian_variance, amount=salt_pepper_amount)
-                x = indexed_gaussian_and_salt_pepper(x, **kw)
-                x_test = indexed_gaussian_and_salt_pepper(x_test, **kw)
-            groups.append(int(changed))
-        else:  # A2
-            if changed:
-                for a, b in A2_RELABEL.items():
-                    y[y == a], y_test[y_test == a] = b, b
-            groups.append(int(changed))
+        elif name == "S2" and c:
+            y, y_test = (y + 1) % k, (y_test + 1) % k
+        elif name == "A1" and c:
+            kw = dict(mean=gaussian_mean, variance=gaussian_variance, amount=salt_pepper_amount)
+            x = indexed_gaussian_and_salt_pepper(x, **kw)
+            x_test = indexed_gaussian_and_salt_pepper(x_test, **kw)
+        elif name == "A2" and c:
+            for a, b in A2_RELABEL.items():
+                y[y == a], y_test[y_test == a] = b, b
         devices.append(_actor_splits(x, y, x_test, y_test))
     description = {
         "construction": "authors",
         "users": n_users,
         "users_per_device": per_device,
         "data_seed": DATA_SEED,
+        "timestep": timestep,
         "samples_per_device": [d.n_train + len(d.y_val) for d in devices],
         "test_samples_per_device": [len(d.y_test) for d in devices],
         "val_fraction": "25% + 1",
     }
-    pools = oracle_pools(name, n_devices)
+    pools = oracle_pools(name, concepts)
     if pools is not None:
         description["oracle_pools"] = pools
     return Federation(
         devices=tuple(devices),
-        groups=np.asarray(groups, dtype=np.int64),
+        groups=concepts,
         n_classes=k,
         input_shape=tuple(dataset.x_train.shape[1:]),
         scenario=name,
@@ -205,16 +249,18 @@ def build_authors_scenario(
     )
 
 
-def oracle_pools(name: str, n_devices: int) -> list[list[int]] | None:
-    """The devices the authors' Centralize pools for the clean / abundant (group 0,
-    odd devices) and the noisy / scarce (group 1) model of A1 and A2; None for S1 and
-    S2, whose oracle pools each group's own devices."""
-    odd = list(range(1, n_devices, 2))
+def oracle_pools(name: str, concepts: np.ndarray) -> list[list[int]] | None:
+    """The devices the authors' Centralize pools for the clean / abundant (concept 0)
+    and the noisy / scarce (concept 1) model of A1 and A2: A1's noisy model every
+    device, A2's scarce model the scarce devices and the first abundant one (device 1
+    in the cold start); None for S1 and S2 (each concept's own devices) and for a
+    federation of one concept."""
+    clean, changed = (np.flatnonzero(concepts == c).tolist() for c in (0, 1))
+    if name not in ("A1", "A2") or not clean or not changed:
+        return None
     if name == "A1":
-        return [odd, list(range(n_devices))]
-    if name == "A2":
-        return [odd, sorted([*range(0, n_devices, 2), 1])]
-    return None
+        return [clean, list(range(len(concepts)))]
+    return [clean, sorted([*changed, clean[0]])]
 
 
 def _actor_splits(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, y_test: np.ndarray) -> DeviceSplits:
