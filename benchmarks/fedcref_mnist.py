@@ -43,7 +43,9 @@ from clusterfed.scenarios.unsupervised import make_clients
 
 OUT = Path(__file__).parent / "out" / "fedcref"
 # what makes two runs the same run
-KEY = ("mode", "dirtiness", "n_clients", "samples", "overlap", "local_epochs", "fl_rounds", "normalize", "run")
+KEY = ("mode", "dirtiness", "n_clients", "samples", "overlap", "local_epochs", "fl_rounds", "normalize", "stable_after",
+       "run")
+OLDER = {"normalize": "pair", "stable_after": 1}  # the value of a key that records older than it lack
 MODES = ("fedcref", "perfect", "local", "dec_init", "global_dec")
 
 
@@ -59,7 +61,8 @@ def run_one(mode: str, dirtiness: float, n_clients: int, run: int, args, pool) -
         x, y, n_clients=n_clients, samples_per_category=args.samples, overlap=args.overlap,
         dirtiness=dirtiness, seed=run,
     )
-    params = FedCRefParams(local_epochs=args.local_epochs, fl_rounds=args.fl_rounds, normalize=args.normalize)
+    params = FedCRefParams(local_epochs=args.local_epochs, fl_rounds=args.fl_rounds, normalize=args.normalize,
+                           stable_after=args.stable_after)
     started, cpu = time.time(), time.process_time()
     if mode == "global_dec":
         from clusterfed.algorithms.fedcref.dec import global_dec
@@ -173,7 +176,8 @@ def summary(out: Path, samples: int) -> None:
     for rec in finished(out):
         if rec.get("samples", 500) != samples:
             continue
-        key = (rec["mode"] + ("" if rec.get("normalize", "pair") == "pair" else f" ({rec['normalize']})"),
+        key = (rec["mode"] + ("" if rec.get("normalize", "pair") == "pair" else f" ({rec['normalize']})")
+               + ("" if rec.get("stable_after", 1) == 1 else f" (stable_after {rec['stable_after']})"),
                rec["dirtiness"], rec["n_clients"], rec.get("samples", 500))
         groups.setdefault(key, []).append(rec)
 
@@ -240,6 +244,8 @@ def main() -> None:
     p.add_argument("--local-epochs", type=int, default=FedCRefParams.local_epochs)
     p.add_argument("--fl-rounds", type=int, default=FedCRefParams.fl_rounds)
     p.add_argument("--normalize", choices=NORMALIZE, default=FedCRefParams.normalize, help="reading of eq. (2)'s Normalize")
+    p.add_argument("--stable-after", type=int, default=FedCRefParams.stable_after,
+                   help="refinement from which the stability test can end a client's activity (FedCRefParams)")
     p.add_argument("--root", default="../shared/datasets")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--summary", action="store_true")
@@ -258,8 +264,9 @@ def main() -> None:
         for n in args.n_clients:
             for dirt in args.dirtiness:
                 config = dict(mode=args.mode, dirtiness=dirt, n_clients=n, samples=args.samples, overlap=args.overlap,
-                              local_epochs=args.local_epochs, fl_rounds=args.fl_rounds, normalize=args.normalize, run=run)
-                if any(all(r.get(k, "pair" if k == "normalize" else None) == config[k] for k in KEY)
+                              local_epochs=args.local_epochs, fl_rounds=args.fl_rounds, normalize=args.normalize,
+                              stable_after=args.stable_after, run=run)
+                if any(all(r.get(k, OLDER.get(k)) == config[k] for k in KEY)
                        for r in finished(args.out)):
                     continue
                 load_before = os.getloadavg()[0]

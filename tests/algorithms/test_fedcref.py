@@ -49,6 +49,18 @@ def test_clean_start_gives_pure_communities(clean):
         assert majority == list(truth.categories[i])
 
 
+def test_stable_after_two_keeps_every_client_refining_twice(clean):
+    """The same clean start under ``stable_after=2``: the first refinement (stable, as
+    above) no longer takes any client out of A; the second, stable again, empties it."""
+    clients, _, default = clean
+    result = fedcref(clients, FedCRefParams(θ=0.3, local_epochs=100, fl_rounds=15, stable_after=2), seed=0)
+    assert default.history[0]["active_clients"] == 0
+    assert [h["active_clients"] for h in result.history] == [clients.n_clients, 0]
+    assert [h["refined_clients"] for h in result.history] == [clients.n_clients] * 2
+    with pytest.raises(ValueError, match="stable_after"):
+        FedCRefParams(stable_after=0)
+
+
 def test_lookup_of_the_community_model_of_a_local_cluster(clean):
     _, truth, result = clean
     for g, group in enumerate(result.communities):

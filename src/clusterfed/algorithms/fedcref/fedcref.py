@@ -75,7 +75,14 @@ _DEFAULT = {p.name: p.default for p in HYPERPARAMETERS}
 @dataclass(frozen=True)
 class FedCRefParams:
     """Hyperparameters by the paper's names; :data:`HYPERPARAMETERS` declares them.
-    The stop rule's window (3 iterations) and tolerance (10%) are fixed by §4.5."""
+    The stop rule's window (3 iterations) and tolerance (10%) are fixed by §4.5.
+
+    ``stable_after``: the refinement from which the stability test (ACC ≥ τ) can take a
+    client out of A. 1 (the default) compares the first refinement with the initial
+    clustering; 2 reads §4.5's "cluster labels from previous and current iterations" as
+    two refinements, so every client refines at least twice (an initial clustering that
+    the local models reproduce, as DEC's, does not end a client's refinement at once;
+    RESULTS.md §6.3). A benchmark option, not in params.yaml."""
 
     α: float = _DEFAULT["alpha"]
     θ: float = _DEFAULT["theta"]
@@ -89,8 +96,11 @@ class FedCRefParams:
     max_iterations: int = _DEFAULT["max_iterations"]
     stop_window: int = 3
     stop_tolerance: float = 0.1
+    stable_after: int = 1
 
     def __post_init__(self) -> None:
+        if self.stable_after < 1:
+            raise ValueError(f"fedcref.stable_after must be at least 1, got {self.stable_after}")
         values = {"alpha": self.α, "theta": self.θ, "tau": self.τ, **{
             k: getattr(self, k) for k in _DEFAULT if k not in ("alpha", "theta", "tau")}}
         check("fedcref", HYPERPARAMETERS, values)
@@ -231,8 +241,8 @@ def fedcref(
             e = np.concatenate([errors[local_slots, rows], g_errors[:, rows]]).T
             refined_i, _ = cluster_refine(e, clients.k[i])
             assignment[i] = keep_indices(refined_i, before[i], clients.k[i])
-            if is_stable(before[i], assignment[i], τ=params.τ):
-                active[i] = False
+            if t >= params.stable_after and is_stable(before[i], assignment[i], τ=params.τ):
+                active[i] = False  # a client in A since iteration 1 makes its t-th refinement
         n_active_models = len(trained_slots)
         bytes_exchanged = (
             n_active_models * (clients.n_clients - 1) * wire  # line 9
