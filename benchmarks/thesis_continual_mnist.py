@@ -36,21 +36,23 @@ THESIS = {
 def params_for(args, setting: str, scenario: str):
     from clusterfed.config import parse_params
 
+    # the authors' construction sizes devices by their FedProx users (README "The authors' construction")
+    thesis = args.construction == "thesis"
     return parse_params(
         {
             "seeds": args.seeds,
             "data": {"dataset": "mnist", "root": args.root},
-            "scenario": {"name": scenario, "group_sizes": [10, 10]},
+            "scenario": {"name": scenario, "group_sizes": [10, 10], "construction": args.construction},
             "training": {"lr": 0.01, "l2": 0.001, "batch_size": 10, "device": args.device},
             "continual": {
                 "setting": setting,
-                "timesteps": 10,
-                "samples_per_device": args.samples_per_device,
-                "test_samples_per_device": args.test_samples_per_device,
+                "timesteps": args.timesteps,
+                "samples_per_device": args.samples_per_device if thesis else None,
+                "test_samples_per_device": args.test_samples_per_device if thesis else None,
                 "algorithms": args.algorithms,
                 "rounds": args.epochs,
-                "cfaacl": {"epsilon": EPSILON[scenario], "init_epochs": 5},
-                "feddrift": {"delta": 3.0, "init_epochs": 5},
+                "cfaacl": {"epsilon": EPSILON[scenario], "init_epochs": args.init_epochs},
+                "feddrift": {"delta": 3.0, "init_epochs": args.init_epochs},
             },
         },
         source="benchmark",
@@ -75,8 +77,10 @@ def summarize(args) -> None:
     t = 10 and the concept-reuse rate; wall seconds per timestep."""
     from clusterfed.layout import RunLayout
 
-    print(f"MNIST continual, T = 10, {args.epochs} epochs per timestep, seeds {args.seeds}: mean accuracy % "
-          "over t = 1..10 [clusters at t = 10, concept reuse]; thesis figure beside; wall s per timestep.\n")
+    T = args.timesteps
+    print(f"MNIST continual ({args.construction} construction), T = {T}, {args.epochs} epochs per timestep, "
+          f"seeds {args.seeds}: mean accuracy % over t = 1..{T} [clusters at t = {T}, concept reuse]; "
+          "thesis figure (T = 10) beside; wall s per timestep.\n")
     header = "| setting | scenario | " + " | ".join(f"{a} | thesis" for a in args.algorithms) + " | s / timestep |"
     print(header)
     print("|---" * (3 + 2 * len(args.algorithms)) + "|")
@@ -123,6 +127,9 @@ def main() -> None:
     p.add_argument("--algorithms", nargs="+", default=["cfaacl", "feddrift", "fedprox_ewc", "fedavg"])
     p.add_argument("--seeds", nargs="+", type=int, default=[10])
     p.add_argument("--epochs", type=int, default=100)
+    p.add_argument("--timesteps", type=int, default=10)
+    p.add_argument("--init-epochs", type=int, default=5, help="C-FAACL's and FedDrift's init_epochs")
+    p.add_argument("--construction", choices=["thesis", "authors"], default="thesis")
     p.add_argument("--samples-per-device", type=int, default=1000)
     p.add_argument("--test-samples-per-device", type=int, default=200)
     p.add_argument("--root", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets"))
