@@ -97,7 +97,7 @@ class Centralized(ColdStart[PooledState]):
         clusters = tuple(
             Cluster(id=i, devices=frozenset(np.flatnonzero(groups == g).tolist())) for i, g in enumerate(labels)
         )
-        pools = ctx.oracle_pools or tuple(c.devices for c in clusters)
+        pools = tuple(c.devices for c in clusters) if ctx.oracle_pools is None else ctx.oracle_pools
         if len(pools) != len(labels):
             raise ValueError(f"oracle_pools: {len(pools)} pools for {len(labels)} ground-truth groups")
         clustering = Clustering(clusters, engine.init_params(len(labels), ctx.generator, distinct=False))
