@@ -61,7 +61,7 @@ METHODS: dict[str, dict[str, tuple[str, dict, float]]] = {
 }
 
 
-def build(name: str, kwargs: dict, params):
+def build_method(name: str, kwargs: dict, params):
     from clusterfed import registry
 
     values = {"rounds": params.coldstart.rounds, "participation": params.training.participation, **kwargs}
@@ -85,7 +85,7 @@ def run(args) -> None:
                 t0, c0 = time.perf_counter(), time.process_time()
                 fed = build.build_federation(params, seed)
                 engine = build.build_engine(params, fed)
-                algo = build(name, kwargs, params)
+                algo = build_method(name, kwargs, params)
                 result = algo.fit(engine, seed=seed, progress=False)
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
                 acc, stderr = mean_stderr(result.device_accuracy)
