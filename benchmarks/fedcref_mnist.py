@@ -82,10 +82,17 @@ def run_one(mode: str, dirtiness: float, n_clients: int, run: int, args, pool) -
         "rows": rows,
         "graph": [{**graph_reading(h, truth), **(readings[t] if readings else {})} for t, h in enumerate(result.history)],
         "summary": summarize_run(rows, truth),
+        # per client, samples of its category c (columns, in truth.categories order) in cluster q (rows)
+        "contingency": {"init": contingency(clients.initial, truth), "end": contingency(result.assignment, truth)},
         "pool_reshuffles": truth.pool_reshuffles,
         "wall_s": time.time() - started,
         "cpu_s": time.process_time() - cpu,
     }
+
+
+def contingency(assignment: list[np.ndarray], truth) -> list[list[list[int]]]:
+    return [[[int(((a == q) & (y == c)).sum()) for c in cats] for q in range(len(cats))]
+            for a, y, cats in zip(assignment, truth.y, truth.categories)]
 
 
 def graph_reading(h: dict, truth) -> dict:
