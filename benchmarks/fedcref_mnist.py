@@ -128,18 +128,18 @@ def recording_association(params: FedCRefParams, y_all: np.ndarray, readings: li
         adjacency = rule(errors, layout)
         stat = association_statistics(errors, layout.members, layout.client_of, α=params.α,
                                       normalize=params.normalize)
-        readings.append(statistic_reading(stat, adjacency, layout.members, y_all, params.θ))
+        readings.append(statistic_reading(stat, adjacency, layout.members, layout.client_of, y_all, params.θ))
         return adjacency
 
     return associate
 
 
-def statistic_reading(stat: np.ndarray, adjacency: np.ndarray, members: list[np.ndarray], y_all: np.ndarray,
-                      θ: float) -> dict:
+def statistic_reading(stat: np.ndarray, adjacency: np.ndarray, members: list[np.ndarray], client_of: np.ndarray,
+                      y_all: np.ndarray, θ: float) -> dict:
     """Quantiles (min, 25%, median, 75%, max) of the two-way statistic max(stat[b, a],
     stat[a, b]) over tested pairs of the same / different majority digit, ordered pairs
     of different digits passing one way, and every link between different digits as
-    [digit a, digit b, stat on a, stat on b, purity a, purity b, size a, size b]."""
+    [digit a, digit b, stat on a, stat on b, purity a, purity b, size a, size b, client a, client b]."""
     counts = [np.bincount(y_all[m]) if len(m) else np.zeros(1, dtype=np.int64) for m in members]
     cat = np.array([int(c.argmax()) if c.sum() else -1 for c in counts])
     purity = [float(c.max() / c.sum()) if c.sum() else 0.0 for c in counts]
@@ -159,7 +159,8 @@ def statistic_reading(stat: np.ndarray, adjacency: np.ndarray, members: list[np.
         "pairs_same_category": int((tested & same).sum()), "pairs_other_category": int((tested & ~same).sum()),
         "other_category_one_way": int(((stat <= θ) & other).sum()),
         "other_category_links": [[int(cat[i]), int(cat[j]), round(float(stat[j, i]), 4), round(float(stat[i, j]), 4),
-                                  round(purity[i], 3), round(purity[j], 3), len(members[i]), len(members[j])]
+                                  round(purity[i], 3), round(purity[j], 3), len(members[i]), len(members[j]),
+                                  int(client_of[i]), int(client_of[j])]
                                  for i, j in links],
     }
 
