@@ -116,6 +116,8 @@ def graph_reading(h: dict, truth) -> dict:
         # stability test against τ; 1 for a client no longer in A) and ACC against the truth
         "client_stability": [round(clustering_accuracy(a, b), 4) for a, b in zip(after, before)],
         "client_acc": [round(clustering_accuracy(a, y), 4) for a, y in zip(after, truth.y)],
+        # per client: [clusters, samples] of this refinement formed by a community model (Alg. 2)
+        "from_community": h["from_community"],
     }
 
 

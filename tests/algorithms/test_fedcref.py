@@ -57,6 +57,8 @@ def test_stable_after_two_keeps_every_client_refining_twice(clean):
     assert default.history[0]["active_clients"] == 0
     assert [h["active_clients"] for h in result.history] == [clients.n_clients, 0]
     assert [h["refined_clients"] for h in result.history] == [clients.n_clients] * 2
+    for h in result.history:  # clusters formed by a community model: at most K_i, their samples at most n_i
+        assert all(0 <= c <= k and 0 <= n <= len(x) for (c, n), k, x in zip(h["from_community"], clients.k, clients.x))
     with pytest.raises(ValueError, match="stable_after"):
         FedCRefParams(stable_after=0)
 

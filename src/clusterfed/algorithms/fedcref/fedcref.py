@@ -235,11 +235,14 @@ def fedcref(
             reconstruction_errors(community_params, x_all).numpy() if communities else np.zeros((0, len(x_all)))
         )
         before = [q.copy() for q in assignment]
+        from_community = np.zeros((clients.n_clients, 2), dtype=np.int64)  # clusters, samples H_p of an AE_Gg
         for i in refined:
             rows = slice(start[i], start[i] + sizes[i])
             local_slots = offset[i] + np.arange(clients.k[i])
             e = np.concatenate([errors[local_slots, rows], g_errors[:, rows]]).T
-            refined_i, _ = cluster_refine(e, clients.k[i])
+            refined_i, selected = cluster_refine(e, clients.k[i])
+            by_community = np.flatnonzero(np.asarray(selected) >= clients.k[i])
+            from_community[i] = len(by_community), np.isin(refined_i, by_community).sum()
             assignment[i] = keep_indices(refined_i, before[i], clients.k[i])
             if t >= params.stable_after and is_stable(before[i], assignment[i], τ=params.τ):
                 active[i] = False  # a client in A since iteration 1 makes its t-th refinement
@@ -259,6 +262,8 @@ def fedcref(
                 for a, b in zip(*np.nonzero(np.triu(adjacency, 1)))
             ],
             "refined_clients": int(len(refined)),
+            # per client: clusters H_p of this refinement formed by a community model, and their samples
+            "from_community": from_community.tolist(),
             "uploads": uploads,
             "rejected_clients": rejected_clients,
             "active_clients": int(active.sum()),
