@@ -65,3 +65,33 @@ def test_bad_keys_are_named():
         parse_params({"unsupervised": {"fedcref": {"theta": 1.5}}})
     with pytest.raises(ParamsError, match="data.root: required for unsupervised.dataset 'mnist'"):
         parse_params({"unsupervised": {"dataset": "mnist"}})
+
+
+@pytest.mark.parametrize("initial, shape", [("dec", "small"), ("dec_paper", "paper")])
+def test_initial_dec_picks_the_dec_shape(monkeypatch, initial, shape):
+    """``initial: dec_paper`` runs each client's DEC with the original d-500-500-2000-10
+    encoder, ``dec`` with the small one; the labels they return become the initial
+    clustering."""
+    import importlib
+
+    stage_module = importlib.import_module("clusterfed.stages.unsupervised")  # the package re-exports a function of that name
+    seen = {}
+
+    def fake_local_dec(clients, *, seed, **kwargs):
+        seen.update(kwargs, seed=seed)
+        return [np.zeros(len(x), dtype=np.int64) for x in clients.x]
+
+    monkeypatch.setattr(stage_module, "local_dec", fake_local_dec)
+    section = parse_params({**SMALL, "unsupervised": {**SMALL["unsupervised"], "initial": initial}}).unsupervised
+    clients, _ = build_clients(section, None, 10)
+    assert seen == {"shape": shape, "seed": 10}
+    assert all((q == 0).all() for q in clients.initial)
+
+
+def test_stable_after_is_a_params_key():
+    section = parse_params({"unsupervised": {"fedcref": {"stable_after": 2}}}).unsupervised
+    from clusterfed.stages.unsupervised import fedcref_params
+
+    assert fedcref_params(section).stable_after == 2
+    with pytest.raises(ParamsError, match="unsupervised.fedcref.stable_after"):
+        parse_params({"unsupervised": {"fedcref": {"stable_after": 0}}})

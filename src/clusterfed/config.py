@@ -192,8 +192,9 @@ class UnsupervisedParams(_Section):
     n_clients: Annotated[int, Field(ge=2, strict=True)] = 10
     samples_per_category: PositiveInt = 60
     overlap: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
-    initial: Literal["dirty", "kmeans", "dec"] = Field(
-        "dirty", description="Initial local clustering: dirty uniform, k-means on an AE embedding, or DEC."
+    initial: Literal["dirty", "kmeans", "dec", "dec_paper"] = Field(
+        "dirty", description="Initial local clustering: dirty uniform, k-means on an AE embedding, DEC (small "
+        "d-256-64-10) or DEC with the original d-500-500-2000-10 encoder (dec_paper).",
     )
     dirtiness: Annotated[float, Field(ge=0.0, le=1.0)] = 0.3
     methods: Annotated[list[Literal[UNSUPERVISED_METHODS]], Field(min_length=1)] = list(UNSUPERVISED_METHODS)  # type: ignore[valid-type]

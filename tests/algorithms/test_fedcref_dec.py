@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from clusterfed.algorithms.fedcref.dec import (
+    dec,
     global_dec,
     local_dec,
     soft_assignment,
@@ -40,6 +41,20 @@ def test_local_dec_clusters_each_client_with_its_k(clients):
     labels = local_dec(unlabelled, seed=0, pretrain_epochs=10, steps=150)
     assert [len(np.unique(q)) <= k for q, k in zip(labels, unlabelled.k)] == [True] * 5
     assert mean_accuracy(labels, truth) > 0.8
+
+
+def test_paper_shape_is_the_original_dec_encoder(clients):
+    """``shape="paper"``: d-500-500-2000-10 with a mirrored decoder (fedcref §5.3), 10-d
+    codes; an unknown shape is refused by name."""
+    unlabelled, _ = clients
+    labels, embeddings, ae = dec(list(unlabelled.x[:2]), list(unlabelled.k[:2]), seed=0, pretrain_epochs=1,
+                                 steps=0, shape="paper")
+    assert [tuple(ae[f"w{layer}"].shape[1:]) for layer in range(8)] == [
+        (64, 500), (500, 500), (500, 2000), (2000, 10), (10, 2000), (2000, 500), (500, 500), (500, 64)]
+    assert [e.shape[1] for e in embeddings] == [10, 10]
+    assert [len(np.unique(q)) for q in labels] == list(unlabelled.k[:2])
+    with pytest.raises(ValueError, match="'huge'"):
+        dec(list(unlabelled.x[:1]), [2], seed=0, shape="huge")
 
 
 def test_global_dec_picks_k_by_silhouette(clients):

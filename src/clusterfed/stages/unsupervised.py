@@ -73,8 +73,9 @@ def build_clients(section, root: str | None, seed: int) -> tuple[UnlabelledClien
     )
     if section.initial == "kmeans":
         clients = clients.with_initial(local_dec(clients, seed=seed, steps=0))
-    elif section.initial == "dec":
-        clients = clients.with_initial(local_dec(clients, seed=seed))
+    elif section.initial in ("dec", "dec_paper"):
+        shape = "paper" if section.initial == "dec_paper" else "small"
+        clients = clients.with_initial(local_dec(clients, seed=seed, shape=shape))
     return clients, truth
 
 

@@ -8,8 +8,10 @@ soft assignment q_ij ∝ (1 + ‖z_i − μ_j‖²)⁻¹ and the sharpened targe
 p_ij ∝ q_ij² / Σ_i q_ij, refreshed every ``update_interval`` steps, until fewer than
 ``tol`` of the labels change.
 
-Smaller than the original to fit a shared CPU: a d-256-64-10 autoencoder trained
-end to end with Adam (not layer-wise denoising d-500-500-2000-10). As the paper does,
+By default smaller than the original, to fit a shared CPU: a d-256-64-10 autoencoder
+trained end to end with Adam. ``DEC_SHAPES["paper"]`` is the original's (and fedcref
+§5.3's) d-500-500-2000-10 encoder, pretrained end to end with Adam at batch 256 as
+common reimplementations do, not layer-wise as denoising autoencoders. As the paper does,
 Global DEC reads the silhouette in a 2-D t-SNE map of the embedding (on a
 sub-sample). Many DECs (one per client) run as one batch on stacked parameters.
 """
@@ -27,7 +29,11 @@ from clusterfed.engine.stacked import StackedParams
 from clusterfed.evaluation.clustering_accuracy import clustering_accuracy
 from clusterfed.scenarios.unsupervised import CategoryTruth, UnlabelledClients
 
-DEC_HIDDEN: tuple[int, ...] = (256, 64, 10)
+# name -> the encoder's widths after d and the pretraining batch size
+DEC_SHAPES: dict[str, dict] = {
+    "small": {"hidden": (256, 64, 10), "pretrain_batch_size": 32},  # Keras' default batch
+    "paper": {"hidden": (500, 500, 2000, 10), "pretrain_batch_size": 256},
+}
 
 
 def soft_assignment(z: torch.Tensor, μ: torch.Tensor) -> torch.Tensor:
@@ -51,16 +57,21 @@ def dec(
     pretrain_epochs: int = 20,
     steps: int = 2000,
     update_interval: int = 140,
-    batch_size: int = 256,  # of the KL phase; pretraining uses Keras' 32
+    batch_size: int = 256,  # of the KL phase
     tol: float = 0.001,
     lr: float = 0.01,
     pretrained: StackedParams | None = None,
+    shape: str = "small",
 ) -> tuple[list[np.ndarray], list[np.ndarray], StackedParams]:
-    """DEC on each dataset ``xs[m]`` with ``ks[m]`` clusters, all at once.
+    """DEC on each dataset ``xs[m]`` with ``ks[m]`` clusters, all at once, with the
+    autoencoder ``DEC_SHAPES[shape]``.
 
     Returns each dataset's labels, its final embedding and the pretrained encoders
     (pass them back as ``pretrained`` to rerun the clustering phase with other K).
     """
+    if shape not in DEC_SHAPES:
+        raise ValueError(f"DEC shape must be one of {sorted(DEC_SHAPES)}, got {shape!r}")
+    hidden, pretrain_batch_size = DEC_SHAPES[shape]["hidden"], DEC_SHAPES[shape]["pretrain_batch_size"]
     gen = torch.Generator().manual_seed(seed)
     n_models, d = len(xs), xs[0].shape[1]
     x_all = torch.as_tensor(np.concatenate(xs), dtype=torch.float32)
@@ -72,15 +83,15 @@ def dec(
     counts = torch.as_tensor(sizes)
     if pretrained is None:
         params = train_autoencoders(
-            init_autoencoders(n_models, d, gen, hidden=DEC_HIDDEN), x_all, index, counts,
-            epochs=pretrain_epochs, lr=1e-3, batch_size=32, generator=gen, linear_code=True,
+            init_autoencoders(n_models, d, gen, hidden=hidden), x_all, index, counts,
+            epochs=pretrain_epochs, lr=1e-3, batch_size=pretrain_batch_size, generator=gen, linear_code=True,
         )
         pretrained = params
     # the whole autoencoder is kept (encode reads the depth from it); only the
     # encoder layers and the centroids are trained by the KL phase
     encoder = {k: v.detach().clone() for k, v in pretrained.items()}
     k_max = max(ks)
-    μ = torch.zeros(n_models, k_max, DEC_HIDDEN[-1])
+    μ = torch.zeros(n_models, k_max, hidden[-1])
     valid_k = torch.arange(k_max)[None, :] < torch.as_tensor(ks)[:, None]
     labels = []
     with torch.no_grad():
@@ -89,7 +100,7 @@ def dec(
             km = KMeans(ks[m], n_init=10, random_state=seed).fit(z)
             μ[m, : ks[m]] = torch.as_tensor(km.cluster_centers_, dtype=torch.float32)
             labels.append(km.labels_.copy())
-    leaves = [v for k, v in encoder.items() if int(k[1:]) < len(DEC_HIDDEN)] + [μ]
+    leaves = [v for k, v in encoder.items() if int(k[1:]) < len(hidden)] + [μ]
     for t in leaves:
         t.requires_grad_(True)
     opt = torch.optim.SGD(leaves, lr=lr, momentum=0.9)

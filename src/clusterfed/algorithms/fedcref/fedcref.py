@@ -68,6 +68,9 @@ HYPERPARAMETERS: tuple[Param, ...] = (
     Param("lr", 1e-3, "Adam learning rate (Keras default)", gt=0.0),
     Param("batch_size", 32, "mini-batch size (Keras default)", kind=int, gt=0),
     Param("max_iterations", 20, "cap on Alg. 1's iterations", kind=int, gt=0),
+    Param("stable_after", 1, "the refinement from which the stability test (ACC ≥ τ) can take a client out of A: "
+          "1 compares the first refinement with the initial clustering, 2 reads §4.5's \"previous and current "
+          "iterations\" as two refinements", kind=int, ge=1),
 )
 _DEFAULT = {p.name: p.default for p in HYPERPARAMETERS}
 
@@ -77,12 +80,11 @@ class FedCRefParams:
     """Hyperparameters by the paper's names; :data:`HYPERPARAMETERS` declares them.
     The stop rule's window (3 iterations) and tolerance (10%) are fixed by §4.5.
 
-    ``stable_after``: the refinement from which the stability test (ACC ≥ τ) can take a
-    client out of A. 1 (the default) compares the first refinement with the initial
-    clustering; 2 reads §4.5's "cluster labels from previous and current iterations" as
-    two refinements, so every client refines at least twice (an initial clustering that
-    the local models reproduce, as DEC's, does not end a client's refinement at once;
-    RESULTS.md §6.3). A benchmark option, not in params.yaml."""
+    ``stable_after`` holds §4.5's two readings: 1 (the default) compares the first
+    refinement with the initial clustering; 2 reads "cluster labels from previous and
+    current iterations" as two refinements, so every client refines at least twice (an
+    initial clustering that the local models reproduce, as DEC's, does not end a
+    client's refinement at once; RESULTS.md §6.3)."""
 
     α: float = _DEFAULT["alpha"]
     θ: float = _DEFAULT["theta"]
@@ -96,11 +98,9 @@ class FedCRefParams:
     max_iterations: int = _DEFAULT["max_iterations"]
     stop_window: int = 3
     stop_tolerance: float = 0.1
-    stable_after: int = 1
+    stable_after: int = _DEFAULT["stable_after"]
 
     def __post_init__(self) -> None:
-        if self.stable_after < 1:
-            raise ValueError(f"fedcref.stable_after must be at least 1, got {self.stable_after}")
         values = {"alpha": self.α, "theta": self.θ, "tau": self.τ, **{
             k: getattr(self, k) for k in _DEFAULT if k not in ("alpha", "theta", "tau")}}
         check("fedcref", HYPERPARAMETERS, values)
