@@ -241,7 +241,7 @@ def summary(out: Path, samples: int) -> None:
 
     dec_rows = {key: recs for key, recs in sorted(groups.items()) if key[0].startswith("global_dec")}
     if dec_rows:
-        print("\n| Global DEC: mode | N | S | runs | K found (t-SNE silhouette) | ACC pooled | ACC pooled at the best K "
+        print("\n| Global DEC: mode | N | S | runs | K found (t-SNE silhouette) | ACC pooled | ACC pooled at the K of the highest ACC (oracle) "
               "| ACC per client | wall s / run | CPU s / run |")
         print("|---|---|---|---|---|---|---|---|---|---|")
     for (mode, _, n, s), recs in dec_rows.items():
