@@ -56,7 +56,7 @@ def run_one(args) -> dict:
     setup = time.perf_counter() - t0
     common = {"rounds": args.rounds, "participation": args.participation}
     method = {
-        "stocfl": lambda: StoCFL(tau=0.5, lam=0.05, local_epochs=5, **common),
+        "stocfl": lambda: StoCFL(tau=args.tau, lam=0.05, local_epochs=5, representation=args.representation, **common),
         "ifca": lambda: IFCA(n_clusters=4, **common),
         "fedavg": lambda: FedAvg(**common),
     }[args.one]()
@@ -71,6 +71,7 @@ def run_one(args) -> dict:
         "rounds": args.rounds,
         "hidden": args.hidden,
         "seed": args.seed,
+        **({"tau": args.tau, "representation": args.representation} if args.one == "stocfl" else {}),
         "threads": args.threads,
         "setup_s": round(setup, 2),
         "wall_s": round(wall, 2),
@@ -100,14 +101,17 @@ def main(args) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     for m in args.methods:
-        done = {(r["method"], r["clients"], r["rounds"], r["hidden"], r["seed"]) for r in read(out)}
-        if (m, args.clients, args.rounds, args.hidden, args.seed) in done:
+        done = {(r["method"], r["clients"], r["rounds"], r["hidden"], r["seed"], r.get("tau", 0.5),
+                 r.get("representation", "gradient")) for r in read(out)}
+        variant = (args.tau, args.representation) if m == "stocfl" else (0.5, "gradient")
+        if (m, args.clients, args.rounds, args.hidden, args.seed, *variant) in done:
             continue
         before = os.getloadavg()
         cmd = [sys.executable, __file__, "--one", m, "--root", args.root, "--seed", str(args.seed),
                "--threads", str(args.threads), "--clients", str(args.clients), "--samples", str(args.samples),
                "--test-samples", str(args.test_samples), "--participation", str(args.participation),
-               "--rounds", str(args.rounds), "--hidden", str(args.hidden)]
+               "--rounds", str(args.rounds), "--hidden", str(args.hidden), "--tau", str(args.tau),
+               "--representation", args.representation]
         print(f"[{time.strftime('%H:%M:%S')}] {m} load {before[0]:.2f} ...", flush=True)
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
         if res.returncode != 0:
@@ -123,12 +127,14 @@ def main(args) -> None:
 
 
 def summarize(args) -> None:
-    print("| method | N, \\|D\\|, share | rounds | s/round | CPU s/round | setup s | peak RSS GB | accuracy % | "
+    print("| method | seed | N, \\|D\\|, share | rounds | s/round | CPU s/round | setup s | peak RSS GB | accuracy % | "
           "clusters | ARI | paper % (100 rounds) | load before/after (1 min) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in read(Path(args.out)):
         cpu = f"{r['cpu_s_per_round']:.2f}" if "cpu_s_per_round" in r else "—"
-        print(f"| {r['method']} | {r['clients']}, {r['samples']}, {r['participation']:.0%} | {r['rounds']} | "
+        name = r["method"] + ("" if (r.get("tau", 0.5), r.get("representation", "gradient")) == (0.5, "gradient")
+                              else f" (τ {r['tau']}, Ψ {r['representation']})")
+        print(f"| {name} | {r['seed']} | {r['clients']}, {r['samples']}, {r['participation']:.0%} | {r['rounds']} | "
               f"{r['s_per_round']:.2f} | {cpu} | {r['setup_s']:.0f} | {r['peak_rss_gb']:.2f} | "
               f"{100 * r['accuracy']:.2f} | {r['clusters']} | {r['ari']:.3f} | {PAPER[r['method']]:.2f} | "
               f"{r['load_before'][0]:.1f} / {r['load_after'][0]:.1f} |")
@@ -144,6 +150,9 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--seed", type=int, default=10)
+    ap.add_argument("--tau", type=float, default=0.5, help="StoCFL's τ (the paper's 0.5; the authors' README 0.65)")
+    ap.add_argument("--representation", choices=("gradient", "movement"), default="gradient",
+                    help="StoCFL's client representation Ψ (StoCFL(representation=...))")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=7200)
     ap.add_argument("--root", default="../shared/datasets")
