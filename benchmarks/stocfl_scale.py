@@ -82,6 +82,9 @@ def run_one(args) -> dict:
         "clusters": int(result.n_clusters),
         "ari": float(adjusted_rand_score(fed.groups, result.model_of_device)),
         "accuracy_per_round": [round(h["accuracy"], 4) for h in result.history],
+        # devices of each rotation (columns) served by each model (rows), largest first
+        "composition": sorted((np.bincount(fed.groups[result.model_of_device == m], minlength=4).tolist()
+                               for m in np.unique(result.model_of_device)), key=sum, reverse=True),
     }
 
 
