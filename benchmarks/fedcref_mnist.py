@@ -45,9 +45,9 @@ from clusterfed.scenarios.unsupervised import make_clients
 OUT = Path(__file__).parent / "out" / "fedcref"
 # what makes two runs the same run
 KEY = ("mode", "dirtiness", "n_clients", "samples", "overlap", "local_epochs", "fl_rounds", "normalize", "stable_after",
-       "dec", "dec_pretrain_epochs", "run")
+       "tau", "dec", "dec_pretrain_epochs", "run")
 # the value of a key that records older than it lack
-OLDER = {"normalize": "pair", "stable_after": 1, "dec": "small", "dec_pretrain_epochs": 20}
+OLDER = {"normalize": "pair", "stable_after": 1, "tau": FedCRefParams.τ, "dec": "small", "dec_pretrain_epochs": 20}
 MODES = ("fedcref", "perfect", "local", "dec_init", "global_dec")
 
 
@@ -64,7 +64,7 @@ def run_one(mode: str, dirtiness: float, n_clients: int, run: int, args, pool) -
         dirtiness=dirtiness, seed=run,
     )
     params = FedCRefParams(local_epochs=args.local_epochs, fl_rounds=args.fl_rounds, normalize=args.normalize,
-                           stable_after=args.stable_after)
+                           stable_after=args.stable_after, τ=args.tau)
     started, cpu = time.time(), time.process_time()
     if mode == "global_dec":
         from clusterfed.algorithms.fedcref.dec import global_dec
@@ -72,10 +72,7 @@ def run_one(mode: str, dirtiness: float, n_clients: int, run: int, args, pool) -
         out = global_dec(clients, truth, seed=run, shape=args.dec, pretrain_epochs=args.dec_pretrain_epochs)
         return {"summary": out, "wall_s": time.time() - started, "cpu_s": time.process_time() - cpu}
     if mode == "dec_init":
-        from clusterfed.algorithms.fedcref.dec import local_dec
-
-        clients = clients.with_initial(local_dec(clients, seed=run, shape=args.dec,
-                                                 pretrain_epochs=args.dec_pretrain_epochs))
+        clients = clients.with_initial(cached_local_dec(clients, n_clients, run, args))
     readings: list[dict] = []  # one per association, i.e. per iteration (the paper's rule only)
     associate = {"perfect": perfect_association(truth), "local": no_association}.get(mode) or recording_association(
         params, np.concatenate(truth.y), readings)
@@ -91,6 +88,29 @@ def run_one(mode: str, dirtiness: float, n_clients: int, run: int, args, pool) -
         "wall_s": time.time() - started,
         "cpu_s": time.process_time() - cpu,
     }
+
+
+def cached_local_dec(clients, n_clients: int, run: int, args) -> list[np.ndarray]:
+    """Table 1's local DEC labels, computed once per system and DEC setting and kept in
+    ``<out>/dec_labels/`` (the paper's DEC takes ~1700 CPU s a system; FedCRef's own
+    parameters, e.g. τ, can then be swept on the same initial clustering). The cache
+    holds the clients' sample counts and is refused if they differ."""
+    from clusterfed.algorithms.fedcref.dec import local_dec
+
+    path = args.out / "dec_labels" / (f"{args.dec}_e{args.dec_pretrain_epochs}_n{n_clients}_s{args.samples}"
+                                      f"_o{args.overlap}_run{run}.npz")
+    sizes = np.array([len(x) for x in clients.x])
+    if path.exists():
+        z = np.load(path)
+        if not np.array_equal(z["sizes"], sizes):
+            raise SystemExit(f"{path}: cached DEC labels are for other client sizes; delete the file to recompute")
+        return [z[f"client{i}"] for i in range(len(sizes))]
+    labels = local_dec(clients, seed=run, shape=args.dec, pretrain_epochs=args.dec_pretrain_epochs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, sizes=sizes, **{f"client{i}": q for i, q in enumerate(labels)})
+    tmp.replace(path)  # never a half-written cache
+    return labels
 
 
 def contingency(assignment: list[np.ndarray], truth) -> list[list[list[int]]]:
@@ -191,6 +211,7 @@ def summary(out: Path, samples: int) -> None:
             continue
         key = (rec["mode"] + ("" if rec.get("normalize", "pair") == "pair" else f" ({rec['normalize']})")
                + ("" if rec.get("stable_after", 1) == 1 else f" (stable_after {rec['stable_after']})")
+               + ("" if rec.get("tau", OLDER["tau"]) == OLDER["tau"] else f" (τ {rec['tau']})")
                + ("" if rec.get("dec", "small") == "small" or not rec["mode"].endswith("dec") and rec["mode"] != "dec_init"
                   else f" (DEC {rec['dec']}, {rec['dec_pretrain_epochs']} pretraining epochs)"),
                rec["dirtiness"], rec["n_clients"], rec.get("samples", 500))
@@ -263,6 +284,8 @@ def main() -> None:
     p.add_argument("--normalize", choices=NORMALIZE, default=FedCRefParams.normalize, help="reading of eq. (2)'s Normalize")
     p.add_argument("--stable-after", type=int, default=FedCRefParams.stable_after,
                    help="refinement from which the stability test can end a client's activity (FedCRefParams)")
+    p.add_argument("--tau", type=float, default=FedCRefParams.τ,
+                   help="τ, the stability threshold of §4.5 (the paper: 'within [0.8, 1]')")
     p.add_argument("--dec", choices=sorted(DEC_SHAPES), default="small",
                    help="DEC autoencoder of dec_init / global_dec (paper: d-500-500-2000-10)")
     p.add_argument("--dec-pretrain-epochs", type=int, default=20, help="DEC's autoencoder pretraining epochs")
@@ -285,7 +308,7 @@ def main() -> None:
             for dirt in args.dirtiness:
                 config = dict(mode=args.mode, dirtiness=dirt, n_clients=n, samples=args.samples, overlap=args.overlap,
                               local_epochs=args.local_epochs, fl_rounds=args.fl_rounds, normalize=args.normalize,
-                              stable_after=args.stable_after, dec=args.dec,
+                              stable_after=args.stable_after, tau=args.tau, dec=args.dec,
                               dec_pretrain_epochs=args.dec_pretrain_epochs, run=run)
                 if any(all(r.get(k, OLDER.get(k)) == config[k] for k in KEY)
                        for r in finished(args.out)):
