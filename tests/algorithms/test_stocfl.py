@@ -14,9 +14,9 @@ from clusterfed.algorithms.clustering import Cluster
 from clusterfed.algorithms.stocfl import (
     StoCFL,
     admit_clients,
-    cluster_representations,
     cosine_similarity,
     data_representations,
+    merge_sums,
     stochastic_merge,
 )
 from clusterfed.engine import Engine, TrainingConfig
@@ -64,16 +64,36 @@ def test_repeated_partial_rounds_end_in_the_true_groups():
     groups = np.repeat(np.arange(3), 4)
     Ψ = np.eye(16)[groups] + 0.1 * rng.normal(size=(12, 16))  # cos ≈ 0.86 within groups, ≈ 0 across
     clusters: tuple[Cluster, ...] = ()
+    Σ = np.zeros((0, 16))
     for _ in range(30):
         sampled = np.sort(rng.choice(12, size=4, replace=False))
+        known = set().union(*(c.devices for c in clusters))
         clusters, _ = admit_clients(clusters, sampled)
-        m = cosine_similarity(cluster_representations(Ψ, clusters))
-        out, _ = stochastic_merge(m, clusters, sampled, tau=0.5)
+        Σ = np.concatenate([Σ, Ψ[[d for d in sampled if d not in known]]])
+        out, _ = stochastic_merge(cosine_similarity(Σ), clusters, sampled, tau=0.5)
+        Σ = merge_sums(Σ, clusters, out)
         untouched = [c for c in clusters if not c.devices & set(sampled.tolist())]
         assert all(c in out for c in untouched)  # unsampled clusters are left alone
         assert all(len(set(groups[sorted(c.devices)])) == 1 for c in out)  # never mixes groups
         clusters = out
+        # each cluster's row is the sum of its clients' Ψ (Alg. 1 line 10)
+        np.testing.assert_allclose(Σ, [Ψ[sorted(c.devices)].sum(axis=0) for c in clusters], rtol=1e-12)
     assert {c.devices for c in clusters} == {frozenset(np.flatnonzero(groups == g).tolist()) for g in range(3)}
+
+
+def test_merge_sums_adds_the_rows_of_the_parts():
+    before = (Cluster(id=0, devices=frozenset({0, 5})), *_singletons(1, 2, 3))
+    after = (Cluster(id=0, devices=frozenset({0, 5, 2})), Cluster(id=1, devices=frozenset({1, 3})))
+    Σ = np.array([[1.0, 0.0], [0.0, 2.0], [3.0, 0.5], [0.25, 0.25]])
+    np.testing.assert_array_equal(merge_sums(Σ, before, after), [[4.0, 0.5], [0.25, 2.25]])
+    assert merge_sums(Σ, before, before) is Σ  # nothing merged: no copy
+
+
+def test_cosine_similarity_of_constructed_rows():
+    a = np.array([[3.0, 4.0], [0.0, 2.0], [1.0, 0.0]], dtype=np.float32)
+    np.testing.assert_allclose(cosine_similarity(a), [[1.0, 0.8, 0.6], [0.8, 1.0, 0.0], [0.6, 0.0, 1.0]],
+                               atol=1e-7)
+    np.testing.assert_allclose(cosine_similarity(a[:1], -a), [[-1.0, -0.8, -0.6]], atol=1e-7)
 
 
 @pytest.fixture(scope="module")
@@ -127,10 +147,10 @@ def test_clients_not_sampled_yet_are_served_by_omega(s2):
     _, engine = s2
     algo = StoCFL(rounds=1, participation=0.25)
     result = algo.fit(engine, seed=2)
-    unseen = np.flatnonzero(np.isnan(algo.representations_).any(axis=1))
-    assert len(unseen) == 9  # 3 of 12 clients sampled
+    seen = sorted(set().union(*(c.devices for c in result.clusters[:-1])))
+    assert len(seen) == 3  # 3 of 12 clients sampled
     last = result.clusters[-1]
-    assert last.id == -1 and sorted(last.devices) == unseen.tolist()
+    assert last.id == -1 and sorted(last.devices) == sorted(set(range(12)) - set(seen))
     for name, v in algo.global_params_.items():
         assert torch.equal(result.params[name][-1], v[0])
     assert np.isnan(algo.cluster_representations_[-1]).all()
@@ -144,7 +164,7 @@ def fitted(s2):
 
 
 def test_recovers_the_three_s2_groups_with_half_participation(s2, fitted):
-    fed, _ = s2
+    fed, engine = s2
     algo, result = fitted
     assert result.n_clusters == 3
     assert adjusted_rand_score(fed.groups, result.model_of_device) == 1.0
@@ -154,8 +174,10 @@ def test_recovers_the_three_s2_groups_with_half_participation(s2, fitted):
     size = model_bytes(result.params)
     assert (result.history[0]["bytes_down"], result.history[0]["bytes_up"]) == (18 * size, 18 * size)
     assert result.history[-1]["bytes_down"] == 12 * size  # everyone seen: ω and θ_k only
-    assert not np.isnan(algo.representations_).any()
-    assert algo.cluster_representations_.shape == (3, algo.representations_.shape[1])
+    # Eq. (2): each cluster's representation is the mean Ψ of its clients, kept as a sum
+    Ψ = data_representations(engine, algo.anchor_)
+    expected = [Ψ[sorted(c.devices)].mean(axis=0) for c in result.clusters]
+    np.testing.assert_allclose(algo.cluster_representations_, expected, rtol=1e-4, atol=1e-7)
 
 
 def test_newcomers_join_the_cluster_of_their_group(digits, s2, fitted):
@@ -175,9 +197,11 @@ def test_movement_representation_is_the_anchor_before_minus_after_local_sgd(digi
     epochs of plain SGD (η 0.05, no weight decay), computed by hand with autograd."""
     fed = build_scenario(digits, "S2", group_sizes=[1, 1], seed=3)
     engine = Engine(fed, training=TrainingConfig(lr=0.05, l2=0.0), device="cpu")
-    algo = StoCFL(rounds=1, participation=1.0, representation="movement",
+    # τ = 1: no merge, so each client's cluster representation is its own Ψ
+    algo = StoCFL(rounds=1, participation=1.0, tau=1.0, representation="movement",
                   representation_epochs=2, representation_batch_size=None)
-    algo.fit(engine, seed=5)
+    result = algo.fit(engine, seed=5)
+    assert [sorted(c.devices) for c in result.clusters] == [[0], [1]]
     ψ = algo.anchor_
     model = engine.model
     names = [k for k, _ in model.named_parameters()]
@@ -194,12 +218,12 @@ def test_movement_representation_is_the_anchor_before_minus_after_local_sgd(digi
                     p -= 0.05 * grads[k]
         after = dict(model.named_parameters())
         expected = torch.cat([(ψ[k][0] - after[k].detach()).flatten() for k in ψ])
-        np.testing.assert_allclose(algo.representations_[d], expected.numpy(), rtol=1e-4, atol=1e-7)
+        np.testing.assert_allclose(algo.cluster_representations_[d], expected.numpy(), rtol=1e-4, atol=1e-7)
     # one full-batch epoch without weight decay moves the anchor by η·∇ (the paper's Ψ)
-    one = StoCFL(rounds=1, participation=1.0, representation="movement",
+    one = StoCFL(rounds=1, participation=1.0, tau=1.0, representation="movement",
                  representation_epochs=1, representation_batch_size=None)
     one.fit(engine, seed=5)
-    np.testing.assert_allclose(one.representations_, 0.05 * data_representations(engine, one.anchor_),
+    np.testing.assert_allclose(one.cluster_representations_, 0.05 * data_representations(engine, one.anchor_),
                                rtol=1e-4, atol=1e-7)
 
 

@@ -8,9 +8,12 @@ bi-level (§2.3): a global model ω trained by FedAvg, and cluster models θ_k t
 with the regulariser λ/2‖θ_k − ω‖² (Alg. 1 lines 18–30). A client that never took
 part is placed by the same similarity (§3.3).
 
-The steps are pure functions: ``data_representations`` (Ψ), ``cluster_representations``
-(Eq. 2's Ψ(D̃^(k))), ``cosine_similarity`` (the matrix M), ``admit_clients`` (newly
-seen clients start as singleton clusters) and ``stochastic_merge`` (Alg. 1 lines 12–17).
+The steps are pure functions: ``data_representations`` (Ψ), ``cosine_similarity`` (the
+matrix M), ``admit_clients`` (newly seen clients start as singleton clusters),
+``stochastic_merge`` (Alg. 1 lines 12–17) and ``merge_sums`` (a merged cluster's
+Σ_{i∈k} Ψ(D_i), Alg. 1 line 10). The server keeps one such sum per cluster, not one Ψ per
+client: O(K·d) memory instead of O(N·d) (31 GB for the paper's 784-2048-10 MLP at
+N = 4800).
 
 References
 ----------
@@ -65,20 +68,28 @@ def anchor_movements(
     return torch.cat([(ψ[k] - moved[k]).flatten(1) for k in ψ], dim=1).cpu().numpy()
 
 
-def cluster_representations(Ψ: np.ndarray, clusters: Sequence[Cluster]) -> np.ndarray:
-    """Ψ(D̃^(k)) of Eq. (2): the mean of Ψ(D_i) over the clients i of cluster k,
-    ``[len(clusters), d]`` (Alg. 1 line 10 sums instead; cosines are the same)."""
-    if not clusters:
-        return np.zeros((0, Ψ.shape[1]), dtype=Ψ.dtype)
-    return np.stack([Ψ[sorted(c.devices)].mean(axis=0) for c in clusters])
+def merge_sums(Σ: np.ndarray, before: Sequence[Cluster], after: Sequence[Cluster]) -> np.ndarray:
+    """Σ_k = Σ_{i∈k} Ψ(D_i) (Alg. 1 line 10) of each cluster of ``after``, a coarsening of
+    ``before`` whose sums are the rows of ``Σ``: a cluster's sum is the sum of its parts'.
+    Eq. (2)'s Ψ(D̃^(k)) is Σ_k / |k|, with the same cosines."""
+    if len(after) == len(before):  # nothing merged
+        return Σ
+    part_of = {d: i for i, c in enumerate(before) for d in c.devices}
+    out = np.empty((len(after), Σ.shape[1]), dtype=Σ.dtype)
+    for j, c in enumerate(after):
+        first, *rest = sorted({part_of[d] for d in c.devices})
+        out[j] = Σ[first]
+        for i in rest:  # row by row: no (parts × d) temporary
+            out[j] += Σ[i]
+    return out
 
 
 def cosine_similarity(a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
     """cos(a_i, b_j) for every row pair (M of Alg. 1 line 12 when ``b`` is omitted)."""
     b = a if b is None else b
-    na = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
-    nb = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
-    return na @ nb.T
+    # dot products over norms: no normalised copy of the (K × d) rows
+    na, nb = (np.sqrt(np.maximum(np.einsum("ij,ij->i", x, x, dtype=np.float64), 1e-24)) for x in (a, b))
+    return (a @ b.T) / np.outer(na, nb)
 
 
 def admit_clients(clusters: Sequence[Cluster], sampled: np.ndarray) -> tuple[tuple[Cluster, ...], np.ndarray]:
@@ -153,11 +164,11 @@ def _rows_or_ω(θ: StackedParams, ω: StackedParams, rows: np.ndarray) -> Stack
 
 @dataclass(frozen=True)
 class StoCFLState:
-    """The anchor ψ, every client's Ψ (NaN until first sampled), the clusters of seen
-    clients with their models θ, and the global model ω."""
+    """The anchor ψ, which clients were seen, the clusters of seen clients with their
+    sums Σ_k of Ψ (rows aligned with ``clusters``) and models θ, and the global model ω."""
 
     ψ: StackedParams
-    Ψ: np.ndarray
+    Σ: np.ndarray
     seen: np.ndarray
     clusters: tuple[Cluster, ...]
     θ: StackedParams
@@ -215,8 +226,6 @@ class StoCFL(ColdStart[StoCFLState]):
     result_ : ColdStartResult
     anchor_ : StackedParams
         The anchor ψ (one row, on the CPU).
-    representations_ : ndarray of shape (n_devices, d)
-        Ψ(D_i) of every client; NaN rows for clients never sampled.
     cluster_representations_ : ndarray of shape (len(result_.params), d)
         Ψ(D̃^(k)) of each row of ``result_.params``; NaN for the ω row of unseen clients.
     global_params_ : StackedParams
@@ -267,28 +276,31 @@ class StoCFL(ColdStart[StoCFLState]):
         n = engine.n_devices
         # full batch by default: a batch as large as the largest client's data
         local = replace(engine.training, batch_size=self.batch_size or int(engine.counts("train").max()))
-        return StoCFLState(ψ, np.full((n, d), np.nan, dtype=np.float32), np.zeros(n, dtype=bool), (),
+        return StoCFLState(ψ, np.zeros((0, d), dtype=np.float32), np.zeros(n, dtype=bool), (),
                            take(ω, []), ω, local)
 
     def configure_round(self, engine, state, participants, ctx):
         """Federated client clustering (Alg. 1 lines 5–17), then the bi-level training
         pairs (lines 18–30): rows 0..K-1 are θ_k (pulled to ω by λ), row K is ω."""
         S, n = participants, engine.n_devices
-        Ψ, seen = state.Ψ, state.seen
+        seen, Σ = state.seen, state.Σ
         new = S[~seen[S]]
-        if len(new):
-            # Ψ is filled in place, not copied: a client's row is written once, when it is
-            # first seen, and every reader goes through ``seen`` (the previous state's mask
-            # still excludes the new rows). N × d floats: 7.8 GB for StoCFL's 784-2048-10
-            # MLP at N = 1200, which a copy per round would double.
-            seen = seen.copy()
-            Ψ[new] = self.represent(engine, state.ψ, new, ctx.generator)
-            seen[new] = True
         before = frozenset(c.devices for c in state.clusters)
-        clusters, rows = admit_clients(state.clusters, S)
+        admitted, rows = admit_clients(state.clusters, S)
         θ = _rows_or_ω(state.θ, state.ω, rows)
-        M = cosine_similarity(cluster_representations(Ψ, clusters))
-        clusters, rows = stochastic_merge(M, clusters, S, self.tau)
+        if len(new):
+            # first-seen clients upload Ψ (drawn in sampling order) and start as singletons,
+            # appended in device order (``admit_clients``)
+            seen = seen.copy()
+            seen[new] = True
+            Ψ = self.represent(engine, state.ψ, new, ctx.generator)
+            Σ = np.empty((len(state.Σ) + len(new), Ψ.shape[1]), dtype=np.float32)
+            Σ[: len(state.Σ)] = state.Σ
+            np.take(Ψ, np.argsort(new), axis=0, out=Σ[len(state.Σ) :])
+            del Ψ
+        M = cosine_similarity(Σ)
+        clusters, rows = stochastic_merge(M, admitted, S, self.tau)
+        Σ = merge_sums(Σ, admitted, clusters)
         θ = take(θ, rows.tolist())
         changed = frozenset(c.devices for c in clusters) != before
         K, ω = len(clusters), state.ω
@@ -309,13 +321,13 @@ class StoCFL(ColdStart[StoCFLState]):
             np.concatenate([S, S]),
             # first-seen clients: ψ down, Ψ up; every sampled client: ω and θ_k down and up
             bytes_down=len(new) * size + 2 * len(S) * size,
-            bytes_up=len(new) * Ψ.shape[1] * Ψ.itemsize + 2 * len(S) * size,
+            bytes_up=len(new) * Σ.shape[1] * Σ.itemsize + 2 * len(S) * size,
             phase="clustering" if changed else "training",
             local_epochs=self.local_epochs,
             penalty=penalty,
             training=state.local,
         )
-        return replace(state, Ψ=Ψ, seen=seen, clusters=clusters, θ=θ), plan
+        return replace(state, Σ=Σ, seen=seen, clusters=clusters, θ=θ), plan
 
     def aggregate(self, engine, state, plan, trained, ctx):
         K = len(state.clusters)
@@ -326,13 +338,12 @@ class StoCFL(ColdStart[StoCFLState]):
 
     def fitted(self, engine: Engine, state: StoCFLState) -> None:
         served = self.clustering(state)
-        Ψ, d = state.Ψ, state.Ψ.shape[1]
         self.anchor_ = {k: v.detach().cpu() for k, v in state.ψ.items()}
-        self.representations_ = Ψ
-        self.cluster_representations_ = np.stack(
-            [Ψ[sorted(c.devices)].mean(axis=0) if c.id != UNSEEN_ID else np.full(d, np.nan, np.float32)
-             for c in served.clusters]
-        )
+        sizes = np.array([len(c.devices) for c in state.clusters], dtype=np.float32)
+        means = state.Σ / sizes[:, None]  # Eq. (2)
+        if len(served.clusters) > len(state.clusters):  # the ω entry of unseen clients
+            means = np.concatenate([means, np.full((1, state.Σ.shape[1]), np.nan, np.float32)])
+        self.cluster_representations_ = means
         self.global_params_ = state.ω
 
     def assign_newcomers(self, engine: Engine, *, seed: int) -> np.ndarray:
