@@ -96,7 +96,8 @@ def run_chunk(name: str, seed: int, out: Path, *, model: str, chunk_rounds: int,
             return True
         if done >= chunk_rounds or (done and time.perf_counter() - t0 > max_seconds):
             ctx = resumed["ctx"]
-            # large arrays (StoCFL's Ψ: 7.8 GB) go to .npy files, written without a pickled copy
+            # large arrays (StoCFL's per-cluster sums Σ: K × 1.6M floats with the 2048-unit MLP) go to
+            # .npy files, written without a pickled copy
             big = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)
                    if isinstance(getattr(state, f.name), np.ndarray) and getattr(state, f.name).nbytes > 2**26}
             for k, v in big.items():
