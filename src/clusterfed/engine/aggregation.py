@@ -12,11 +12,13 @@ def weighted_average(
     target_of_pair: torch.Tensor,
     weights: torch.Tensor,
     previous: StackedParams,
+    *,
+    chunk: int = 2**24,
 ) -> StackedParams:
     """θ_c = Σ_p w_p θ_p / Σ_p w_p over the pairs p trained for target c.
 
     A target that no pair trained keeps its ``previous`` parameters. Pure: neither
-    input is modified.
+    input is modified. The products w_p θ_p are formed ``chunk`` elements at a time.
     """
     n_targets = next(iter(previous.values())).shape[0]
     total = torch.zeros(n_targets, device=weights.device).index_add_(0, target_of_pair, weights)
@@ -24,7 +26,11 @@ def weighted_average(
     out = {}
     for k, theta in trained.items():
         w = weights.view(-1, *([1] * (theta.dim() - 1)))
-        summed = torch.zeros_like(previous[k]).index_add_(0, target_of_pair, theta * w)
+        summed = torch.zeros_like(previous[k])
+        rows = max(1, chunk // max(1, theta[0].numel()))
+        for r0 in range(0, len(theta), rows):  # w_p θ_p a block of rows at a time: no P·|θ| temporary
+            r = slice(r0, r0 + rows)
+            summed.index_add_(0, target_of_pair[r], theta[r] * w[r])
         mean = summed / total.clamp(min=1e-12).view(-1, *([1] * (theta.dim() - 1)))
         keep = has_pairs.view(-1, *([1] * (theta.dim() - 1)))
         out[k] = torch.where(keep, mean, previous[k])

@@ -223,10 +223,10 @@ def local_sgd(
         model_of_pair = torch.arange(len(device_of_pair), device=device_of_pair.device)
     model_of_pair = torch.as_tensor(model_of_pair, dtype=torch.long, device=device_of_pair.device)
     perm = pair_order(model_of_pair if penalty is not None else None, counts_given)
-    if perm is None:
-        params = {k: v.detach().clone() for k, v in params.items()}
-    else:  # undone on return
-        params = {k: v.detach().index_select(0, perm) for k, v in params.items()}
+    # one copy, in the caller's pair order: chunks are taken in ``perm`` order and written
+    # back, so no permuted copy of all pairs exists beside it (one P·|θ| copy, not three)
+    params = {k: v.detach().clone() for k, v in params.items()}
+    if perm is not None:
         device_of_pair, model_of_pair = device_of_pair[perm], model_of_pair[perm]
         orders = [(o[perm], None if s is None else s[perm]) for o, s in orders]
     step_fn = getattr(type(model), "stacked_sgd_step", None)
@@ -240,12 +240,17 @@ def local_sgd(
 
     def train(start: int) -> None:
         rows = slice(start, start + size)
-        chunk = rows_of(params, rows)  # views: trained in place
+        # views trained in place; in ``perm`` order, a selection written back after
+        chunk = rows_of(params, rows if perm is None else perm[rows])
         _train_chunk(
             step_fn, chunk, data, device_of_pair[rows], [(o[rows], None if s is None else s[rows]) for o, s in orders],
             pull=None if penalty is None else _Pull(penalty, model_of_pair[rows], chunk),
             objective=objective, lr=lr, l2=l2, batch_size=batch_size,
         )
+        if perm is not None:
+            for k, v in params.items():
+                if chunk[k].data_ptr() != v.data_ptr():
+                    v.index_copy_(0, perm[rows], chunk[k])
 
     starts = range(0, len(device_of_pair), size)
     threads = torch.get_num_threads()
@@ -257,7 +262,7 @@ def local_sgd(
             train(start)
     else:
         _in_threads(train, starts, workers, max(1, threads // workers))
-    return params if perm is None else rows_of(params, inverse(perm))
+    return params
 
 
 def _in_threads(fn, items, workers: int, intra_op: int) -> None:
