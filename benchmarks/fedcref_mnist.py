@@ -44,10 +44,11 @@ from clusterfed.scenarios.unsupervised import make_clients
 
 OUT = Path(__file__).parent / "out" / "fedcref"
 # what makes two runs the same run
-KEY = ("mode", "dirtiness", "n_clients", "samples", "overlap", "local_epochs", "fl_rounds", "normalize", "stable_after",
-       "tau", "dec", "dec_pretrain_epochs", "run")
+KEY = ("mode", "dirtiness", "n_clients", "samples", "overlap", "local_epochs", "fl_rounds", "fl_epochs", "normalize",
+       "stable_after", "tau", "dec", "dec_pretrain_epochs", "run")
 # the value of a key that records older than it lack
-OLDER = {"normalize": "pair", "stable_after": 1, "tau": FedCRefParams.τ, "dec": "small", "dec_pretrain_epochs": 20}
+OLDER = {"normalize": "pair", "stable_after": 1, "tau": FedCRefParams.τ, "dec": "small", "dec_pretrain_epochs": 20,
+         "fl_epochs": 1}
 MODES = ("fedcref", "perfect", "local", "dec_init", "global_dec")
 
 
@@ -63,8 +64,8 @@ def run_one(mode: str, dirtiness: float, n_clients: int, run: int, args, pool) -
         x, y, n_clients=n_clients, samples_per_category=args.samples, overlap=args.overlap,
         dirtiness=dirtiness, seed=run,
     )
-    params = FedCRefParams(local_epochs=args.local_epochs, fl_rounds=args.fl_rounds, normalize=args.normalize,
-                           stable_after=args.stable_after, τ=args.tau)
+    params = FedCRefParams(local_epochs=args.local_epochs, fl_rounds=args.fl_rounds, fl_epochs=args.fl_epochs,
+                           normalize=args.normalize, stable_after=args.stable_after, τ=args.tau)
     started, cpu = time.time(), time.process_time()
     if mode == "global_dec":
         from clusterfed.algorithms.fedcref.dec import global_dec
@@ -212,6 +213,7 @@ def summary(out: Path, samples: int) -> None:
         key = (rec["mode"] + ("" if rec.get("normalize", "pair") == "pair" else f" ({rec['normalize']})")
                + ("" if rec.get("stable_after", 1) == 1 else f" (stable_after {rec['stable_after']})")
                + ("" if rec.get("tau", OLDER["tau"]) == OLDER["tau"] else f" (τ {rec['tau']})")
+               + ("" if rec.get("fl_epochs", 1) == 1 else f" (FedAvg {rec['fl_epochs']} epochs a round)")
                + ("" if rec.get("dec", "small") == "small" or not rec["mode"].endswith("dec") and rec["mode"] != "dec_init"
                   else f" (DEC {rec['dec']}, {rec['dec_pretrain_epochs']} pretraining epochs)"),
                rec["dirtiness"], rec["n_clients"], rec.get("samples", 500))
@@ -281,6 +283,8 @@ def main() -> None:
     p.add_argument("--overlap", type=float, default=0.0)
     p.add_argument("--local-epochs", type=int, default=FedCRefParams.local_epochs)
     p.add_argument("--fl-rounds", type=int, default=FedCRefParams.fl_rounds)
+    p.add_argument("--fl-epochs", type=int, default=FedCRefParams.fl_epochs,
+                   help="local epochs per community FedAvg round (the authors' code: 2 in round 1, then 7)")
     p.add_argument("--normalize", choices=NORMALIZE, default=FedCRefParams.normalize, help="reading of eq. (2)'s Normalize")
     p.add_argument("--stable-after", type=int, default=FedCRefParams.stable_after,
                    help="refinement from which the stability test can end a client's activity (FedCRefParams)")
@@ -307,7 +311,8 @@ def main() -> None:
         for n in args.n_clients:
             for dirt in args.dirtiness:
                 config = dict(mode=args.mode, dirtiness=dirt, n_clients=n, samples=args.samples, overlap=args.overlap,
-                              local_epochs=args.local_epochs, fl_rounds=args.fl_rounds, normalize=args.normalize,
+                              local_epochs=args.local_epochs, fl_rounds=args.fl_rounds, fl_epochs=args.fl_epochs,
+                              normalize=args.normalize,
                               stable_after=args.stable_after, tau=args.tau, dec=args.dec,
                               dec_pretrain_epochs=args.dec_pretrain_epochs, run=run)
                 if any(all(r.get(k, OLDER.get(k)) == config[k] for k in KEY)
