@@ -52,8 +52,9 @@ from clusterfed.scenarios.unsupervised import UnlabelledClients
 
 # Declared once (clusterfed.hyperparams): the params.yaml section unsupervised.fedcref,
 # its validation and the README table come from here. Defaults are the paper's (§5.2)
-# and the authors' code (20 local epochs); FedAvg's local epochs per round and the
-# iteration cap are this implementation's choices.
+# and the authors' code (20 local epochs); FedAvg's local epochs per round (the paper
+# gives none; the authors' code trains 2 in round 1, then 7) and the iteration cap are
+# this implementation's choices.
 HYPERPARAMETERS: tuple[Param, ...] = (
     Param("alpha", 75.0, "percentile of the normalised error differences in eq. (2), in percent", symbol="α",
           ge=0.0, le=100.0),
@@ -64,7 +65,8 @@ HYPERPARAMETERS: tuple[Param, ...] = (
     Param("tau", 0.8, "client stability: ACC between consecutive clusterings", symbol="τ", ge=0.0, le=1.0),
     Param("local_epochs", 20, "epochs of each AE_iq on its cluster", kind=int, gt=0),
     Param("fl_rounds", 15, "FedAvg rounds of each community model AE_Gp", kind=int, ge=0),
-    Param("fl_epochs", 1, "local epochs per FedAvg round", kind=int, gt=0),
+    Param("fl_epochs", 1, "local epochs per FedAvg round of a community model (the authors' code: 2 in round 1, "
+          "then 7; Table 1's refinement gains from it, benchmarks/RESULTS.md §6.3)", kind=int, gt=0),
     Param("lr", 1e-3, "Adam learning rate (Keras default)", gt=0.0),
     Param("batch_size", 32, "mini-batch size (Keras default)", kind=int, gt=0),
     Param("max_iterations", 20, "cap on Alg. 1's iterations", kind=int, gt=0),
