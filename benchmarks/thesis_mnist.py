@@ -193,7 +193,7 @@ def run(args) -> None:
                                       variant=args.variant, supporter_weight=args.supporter_weight)
                 print(f"[{datetime.now():%H:%M:%S}] {scenario} seed {seed} {name} ...", flush=True)
                 t0, c0 = time.perf_counter(), time.process_time()
-                res = algo.fit(eng, seed=seed, progress=False, ground_truth=fed.groups, oracle_pools=fed.oracle_pools)
+                res = algo.fit(eng, seed=seed, progress=args.progress, ground_truth=fed.groups, oracle_pools=fed.oracle_pools)
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
                 acc = res.device_accuracy
                 hist = res.history
@@ -383,6 +383,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     ap.add_argument("--out", default="benchmarks/out/thesis_mnist.jsonl")
+    ap.add_argument("--progress", action="store_true", help="progress lines on stderr (long schedules)")
     ap.add_argument("--summarize", action="store_true", help="print the comparison table and exit")
     ap.add_argument("--weighted", action="store_true",
                     help="summarize accuracy over all test samples (device accuracies weighted by test size)")
