@@ -224,7 +224,7 @@ def local_sgd(
     model_of_pair = torch.as_tensor(model_of_pair, dtype=torch.long, device=device_of_pair.device)
     perm = pair_order(model_of_pair if penalty is not None else None, counts_given)
     # one copy, in the caller's pair order: chunks are taken in ``perm`` order and written
-    # back, so no permuted copy of all pairs exists beside it (one P·|θ| copy, not three)
+    # back, so no permuted copy of all pairs exists beside it (one P·|θ| copy, not two)
     params = {k: v.detach().clone() for k, v in params.items()}
     if perm is not None:
         device_of_pair, model_of_pair = device_of_pair[perm], model_of_pair[perm]
@@ -247,10 +247,9 @@ def local_sgd(
             pull=None if penalty is None else _Pull(penalty, model_of_pair[rows], chunk),
             objective=objective, lr=lr, l2=l2, batch_size=batch_size,
         )
-        if perm is not None:
+        if perm is not None:  # a selection (perm is not the identity): write it back
             for k, v in params.items():
-                if chunk[k].data_ptr() != v.data_ptr():
-                    v.index_copy_(0, perm[rows], chunk[k])
+                v.index_copy_(0, perm[rows], chunk[k])
 
     starts = range(0, len(device_of_pair), size)
     threads = torch.get_num_threads()
