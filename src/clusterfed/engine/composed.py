@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from clusterfed.engine.local_sgd import CHUNK_FLOATS, epoch_orders, inverse, minibatches, padded, pair_order, rows_of
+from clusterfed.engine.local_sgd import CHUNK_FLOATS, epoch_orders, minibatches, padded, pair_order, rows_of
 from clusterfed.engine.stacked import StackedParams
 from clusterfed.engine.tensors import PaddedSplit
 from clusterfed.models import is_regularized
@@ -112,9 +112,10 @@ def composed_sgd(
             masks = torch.stack([dropout_masks(shape, dropout, generator) for _ in range(n_steps)], dim=1)
         draws.append((order, None if masks is None else masks.to(counts.device)))
     perm = pair_order(None, counts)
+    # one copy, in the caller's pair order: chunks are taken in ``perm`` order and written
+    # back (as ``local_sgd`` does), so no permuted copy of all pairs exists beside it
     variables = {k: v.detach().clone() for k, v in variables.items()}
-    if perm is not None:  # undone on return
-        variables = rows_of(variables, perm)
+    if perm is not None:
         composition = composition.take(perm)
         device_of_pair = device_of_pair[perm]
         draws = [(o[perm], None if m is None else m[perm]) for o, m in draws]
@@ -123,11 +124,15 @@ def composed_sgd(
     size = max(1, CHUNK_FLOATS // per_pair)
     for start in range(0, len(device_of_pair), size):
         rows = slice(start, start + size)
+        chunk = rows_of(variables, rows if perm is None else perm[rows])  # views, or a selection written back
         _train_chunk(
-            gradient_fn, rows_of(variables, rows), composition.take(rows), data, device_of_pair[rows],
+            gradient_fn, chunk, composition.take(rows), data, device_of_pair[rows],
             [(o[rows], None if m is None else m[rows]) for o, m in draws], lr=lr, l2=l2, batch_size=batch_size,
         )
-    return variables if perm is None else rows_of(variables, inverse(perm))
+        if perm is not None:
+            for k, v in variables.items():
+                v.index_copy_(0, perm[rows], chunk[k])
+    return variables
 
 
 @torch.no_grad()

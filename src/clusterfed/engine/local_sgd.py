@@ -84,12 +84,6 @@ def pair_order(model_of_pair: torch.Tensor | None, counts: torch.Tensor) -> torc
     return torch.as_tensor(perm, dtype=torch.long, device=counts.device)
 
 
-def inverse(perm: torch.Tensor) -> torch.Tensor:
-    out = torch.empty_like(perm)
-    out[perm] = torch.arange(len(perm), device=perm.device)
-    return out
-
-
 def rows_of(params: StackedParams, rows: slice | torch.Tensor) -> StackedParams:
     """Rows ``rows`` of each tensor: views for a slice, for an index equal to
     ``arange`` and for tensors expanded along rows (stride 0); else a selection."""
