@@ -45,10 +45,10 @@ from clusterfed.scenarios.unsupervised import make_clients
 OUT = Path(__file__).parent / "out" / "fedcref"
 # what makes two runs the same run
 KEY = ("mode", "dirtiness", "n_clients", "samples", "overlap", "local_epochs", "fl_rounds", "fl_epochs", "normalize",
-       "stable_after", "tau", "dec", "dec_pretrain_epochs", "run")
+       "stable_after", "tau", "theta", "dec", "dec_pretrain_epochs", "run")
 # the value of a key that records older than it lack
-OLDER = {"normalize": "pair", "stable_after": 1, "tau": FedCRefParams.τ, "dec": "small", "dec_pretrain_epochs": 20,
-         "fl_epochs": 1}
+OLDER = {"normalize": "pair", "stable_after": 1, "tau": FedCRefParams.τ, "theta": FedCRefParams.θ, "dec": "small",
+         "dec_pretrain_epochs": 20, "fl_epochs": 1}
 MODES = ("fedcref", "perfect", "local", "dec_init", "global_dec")
 
 
@@ -65,7 +65,7 @@ def run_one(mode: str, dirtiness: float, n_clients: int, run: int, args, pool) -
         dirtiness=dirtiness, seed=run,
     )
     params = FedCRefParams(local_epochs=args.local_epochs, fl_rounds=args.fl_rounds, fl_epochs=args.fl_epochs,
-                           normalize=args.normalize, stable_after=args.stable_after, τ=args.tau)
+                           normalize=args.normalize, stable_after=args.stable_after, τ=args.tau, θ=args.theta)
     started, cpu = time.time(), time.process_time()
     if mode == "global_dec":
         from clusterfed.algorithms.fedcref.dec import global_dec
@@ -213,7 +213,9 @@ def summary(out: Path, samples: int) -> None:
         key = (rec["mode"] + ("" if rec.get("normalize", "pair") == "pair" else f" ({rec['normalize']})")
                + ("" if rec.get("stable_after", 1) == 1 else f" (stable_after {rec['stable_after']})")
                + ("" if rec.get("tau", OLDER["tau"]) == OLDER["tau"] else f" (τ {rec['tau']})")
-               + ("" if rec.get("fl_epochs", 1) == 1 else f" (FedAvg {rec['fl_epochs']} epochs a round)")
+               + ("" if rec.get("theta", OLDER["theta"]) == OLDER["theta"] else f" (θ {rec['theta']})")
+               + ("" if rec.get("fl_epochs", OLDER["fl_epochs"]) == FedCRefParams.fl_epochs
+                  else f" (FedAvg {rec.get('fl_epochs', OLDER['fl_epochs'])} epochs a round)")
                + ("" if rec.get("dec", "small") == "small" or not rec["mode"].endswith("dec") and rec["mode"] != "dec_init"
                   else f" (DEC {rec['dec']}, {rec['dec_pretrain_epochs']} pretraining epochs)"),
                rec["dirtiness"], rec["n_clients"], rec.get("samples", 500))
@@ -290,6 +292,8 @@ def main() -> None:
                    help="refinement from which the stability test can end a client's activity (FedCRefParams)")
     p.add_argument("--tau", type=float, default=FedCRefParams.τ,
                    help="τ, the stability threshold of §4.5 (the paper: 'within [0.8, 1]')")
+    p.add_argument("--theta", type=float, default=FedCRefParams.θ,
+                   help="eq. (2)'s θ (the paper: 0.2; the authors' code, my_config: 0.25)")
     p.add_argument("--dec", choices=sorted(DEC_SHAPES), default="small",
                    help="DEC autoencoder of dec_init / global_dec (paper: d-500-500-2000-10)")
     p.add_argument("--dec-pretrain-epochs", type=int, default=20, help="DEC's autoencoder pretraining epochs")
@@ -313,7 +317,7 @@ def main() -> None:
                 config = dict(mode=args.mode, dirtiness=dirt, n_clients=n, samples=args.samples, overlap=args.overlap,
                               local_epochs=args.local_epochs, fl_rounds=args.fl_rounds, fl_epochs=args.fl_epochs,
                               normalize=args.normalize,
-                              stable_after=args.stable_after, tau=args.tau, dec=args.dec,
+                              stable_after=args.stable_after, tau=args.tau, theta=args.theta, dec=args.dec,
                               dec_pretrain_epochs=args.dec_pretrain_epochs, run=run)
                 if any(all(r.get(k, OLDER.get(k)) == config[k] for k in KEY)
                        for r in finished(args.out)):
