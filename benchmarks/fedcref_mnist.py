@@ -45,10 +45,10 @@ from clusterfed.scenarios.unsupervised import make_clients
 OUT = Path(__file__).parent / "out" / "fedcref"
 # what makes two runs the same run
 KEY = ("mode", "dirtiness", "n_clients", "samples", "overlap", "local_epochs", "fl_rounds", "fl_epochs", "normalize",
-       "stable_after", "tau", "theta", "dec", "dec_pretrain_epochs", "run")
+       "stable_after", "retrain_on_leave", "tau", "theta", "dec", "dec_pretrain_epochs", "run")
 # the value of a key that records older than it lack
-OLDER = {"normalize": "pair", "stable_after": 1, "tau": FedCRefParams.τ, "theta": FedCRefParams.θ, "dec": "small",
-         "dec_pretrain_epochs": 20, "fl_epochs": 1}
+OLDER = {"normalize": "pair", "stable_after": 1, "retrain_on_leave": False, "tau": FedCRefParams.τ,
+         "theta": FedCRefParams.θ, "dec": "small", "dec_pretrain_epochs": 20, "fl_epochs": 1}
 MODES = ("fedcref", "perfect", "local", "dec_init", "global_dec")
 
 
@@ -65,7 +65,8 @@ def run_one(mode: str, dirtiness: float, n_clients: int, run: int, args, pool) -
         dirtiness=dirtiness, seed=run,
     )
     params = FedCRefParams(local_epochs=args.local_epochs, fl_rounds=args.fl_rounds, fl_epochs=args.fl_epochs,
-                           normalize=args.normalize, stable_after=args.stable_after, τ=args.tau, θ=args.theta)
+                           normalize=args.normalize, stable_after=args.stable_after, τ=args.tau, θ=args.theta,
+                           retrain_on_leave=args.retrain_on_leave)
     started, cpu = time.time(), time.process_time()
     if mode == "global_dec":
         from clusterfed.algorithms.fedcref.dec import global_dec
@@ -212,6 +213,7 @@ def summary(out: Path, samples: int) -> None:
             continue
         key = (rec["mode"] + ("" if rec.get("normalize", "pair") == "pair" else f" ({rec['normalize']})")
                + ("" if rec.get("stable_after", 1) == 1 else f" (stable_after {rec['stable_after']})")
+               + (" (retrain on leave)" if rec.get("retrain_on_leave", False) else "")
                + ("" if rec.get("tau", OLDER["tau"]) == OLDER["tau"] else f" (τ {rec['tau']})")
                + ("" if rec.get("theta", OLDER["theta"]) == OLDER["theta"] else f" (θ {rec['theta']})")
                + ("" if rec.get("fl_epochs", OLDER["fl_epochs"]) == FedCRefParams.fl_epochs
@@ -290,6 +292,8 @@ def main() -> None:
     p.add_argument("--normalize", choices=NORMALIZE, default=FedCRefParams.normalize, help="reading of eq. (2)'s Normalize")
     p.add_argument("--stable-after", type=int, default=FedCRefParams.stable_after,
                    help="refinement from which the stability test can end a client's activity (FedCRefParams)")
+    p.add_argument("--retrain-on-leave", action="store_true",
+                   help="a client leaving A retrains its models on its final clusters (the authors' code order)")
     p.add_argument("--tau", type=float, default=FedCRefParams.τ,
                    help="τ, the stability threshold of §4.5 (the paper: 'within [0.8, 1]')")
     p.add_argument("--theta", type=float, default=FedCRefParams.θ,
@@ -317,7 +321,8 @@ def main() -> None:
                 config = dict(mode=args.mode, dirtiness=dirt, n_clients=n, samples=args.samples, overlap=args.overlap,
                               local_epochs=args.local_epochs, fl_rounds=args.fl_rounds, fl_epochs=args.fl_epochs,
                               normalize=args.normalize,
-                              stable_after=args.stable_after, tau=args.tau, theta=args.theta, dec=args.dec,
+                              stable_after=args.stable_after, retrain_on_leave=args.retrain_on_leave,
+                              tau=args.tau, theta=args.theta, dec=args.dec,
                               dec_pretrain_epochs=args.dec_pretrain_epochs, run=run)
                 if any(all(r.get(k, OLDER.get(k)) == config[k] for k in KEY)
                        for r in finished(args.out)):

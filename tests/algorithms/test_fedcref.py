@@ -7,7 +7,7 @@ import torch
 from clusterfed.algorithms.fedcref import FedCRefParams, fedcref, no_association
 from clusterfed.algorithms.fedcref.baselines import perfect_association
 from clusterfed.algorithms.fedcref.steps import cluster_refine
-from clusterfed.engine.autoencoder import init_autoencoders, reconstruction_errors, train_autoencoders
+from clusterfed.engine.autoencoder import init_autoencoders, model_bytes, reconstruction_errors, train_autoencoders
 from clusterfed.evaluation.clustering_accuracy import clustering_accuracy
 from clusterfed.evaluation.fedcref_scores import score_history, summarize_run
 from clusterfed.scenarios.unsupervised import make_clients
@@ -61,6 +61,26 @@ def test_stable_after_two_keeps_every_client_refining_twice(clean):
         assert all(0 <= c <= k and 0 <= n <= len(x) for (c, n), k, x in zip(h["from_community"], clients.k, clients.x))
     with pytest.raises(ValueError, match="stable_after"):
         FedCRefParams(stable_after=0)
+
+
+def test_retrain_on_leave_trains_the_leavers_once_more_on_their_final_clusters(clean):
+    """The clean start with ``retrain_on_leave``: every client leaves A at its first
+    refinement (as above), then trains its models once more on the refined clusters in
+    a second iteration that refines nobody; that iteration's exchange counts every
+    model, and the clustering is the first refinement's."""
+    clients, _, default = clean
+    params = FedCRefParams(θ=0.3, local_epochs=100, fl_rounds=15, retrain_on_leave=True)
+    result = fedcref(clients, params, seed=0)
+    assert [h["refined_clients"] for h in result.history] == [clients.n_clients, 0]
+    assert [h["active_clients"] for h in result.history] == [0, 0]
+    first, second = result.history
+    assert first["bytes"] == default.history[0]["bytes"] and first["groups"] == default.history[0]["groups"]
+    members = sum(len(g) for g in second["groups"])
+    models = sum(clients.k) * (clients.n_clients - 1)  # line 9 of the second iteration: every model again
+    assert second["bytes"] == model_bytes(result.d) * (
+        models + 2 * params.fl_rounds * members + len(second["groups"]) * clients.n_clients)
+    for a, b in zip(result.assignment, first["assignment"]):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_lookup_of_the_community_model_of_a_local_cluster(clean):

@@ -74,6 +74,9 @@ HYPERPARAMETERS: tuple[Param, ...] = (
     Param("stable_after", 1, "the refinement from which the stability test (ACC ≥ τ) can take a client out of A: "
           "1 compares the first refinement with the initial clustering, 2 reads §4.5's \"previous and current "
           "iterations\" as two refinements", kind=int, ge=1),
+    Param("retrain_on_leave", False, "a client that leaves A trains its models once more, on the clusters of its "
+          "last refinement, before it stops (the authors' code; §4.5's \"consistent set of samples and models\"); "
+          "false: Alg. 1's order, where it keeps the models of the clusters before that refinement", kind=bool),
 )
 _DEFAULT = {p.name: p.default for p in HYPERPARAMETERS}
 
@@ -87,7 +90,14 @@ class FedCRefParams:
     refinement with the initial clustering; 2 reads "cluster labels from previous and
     current iterations" as two refinements, so every client refines at least twice (an
     initial clustering that the local models reproduce, as DEC's, does not end a
-    client's refinement at once; RESULTS.md §6.3)."""
+    client's refinement at once; RESULTS.md §6.3).
+
+    ``retrain_on_leave`` holds the two orders of training and the stability test: Alg. 1
+    tests a client right after its refinement (line 28), so a client leaving A keeps
+    models trained on the clusters before that refinement; the authors' code tests it at
+    the next iteration, after retraining its models on its current clusters, so every
+    stable client's models describe its clusters (§4.5: stable clients provide "a
+    consistent set of samples (i.e., clusters) and models")."""
 
     α: float = _DEFAULT["alpha"]
     θ: float = _DEFAULT["theta"]
@@ -102,6 +112,7 @@ class FedCRefParams:
     stop_window: int = 3
     stop_tolerance: float = 0.1
     stable_after: int = _DEFAULT["stable_after"]
+    retrain_on_leave: bool = _DEFAULT["retrain_on_leave"]
 
     def __post_init__(self) -> None:
         values = {"alpha": self.α, "theta": self.θ, "tau": self.τ, **{
@@ -199,6 +210,7 @@ def fedcref(
 
     assignment = [np.asarray(q, dtype=np.int64).copy() for q in clients.initial]
     active = np.ones(clients.n_clients, dtype=bool)  # A = C
+    leaving = np.zeros(clients.n_clients, dtype=bool)  # left A at the last refinement: trains once more
     local_params = init_autoencoders(n_slots, d, generator)
     errors = np.zeros((n_slots, len(x_all)), dtype=np.float32)  # E[m, s]: AE_m's error on sample s
     history: list[dict] = []
@@ -209,8 +221,9 @@ def fedcref(
 
     for t in range(1, params.max_iterations + 1):
         layout = _layout(assignment, start, client_of, local_of)
-        trained_slots = np.flatnonzero(active[client_of])
-        # Lines 6–8: active clients train AE_iq on each of their clusters.
+        trained_slots = np.flatnonzero((active | leaving)[client_of])
+        # Lines 6–8: active clients (and, with retrain_on_leave, those that just left A)
+        # train AE_iq on each of their clusters.
         if len(trained_slots):
             fresh = init_autoencoders(len(trained_slots), d, generator)
             index, counts = _index_rows([layout.members[c] for c in trained_slots])
@@ -234,6 +247,7 @@ def fedcref(
         )
         # Lines 25–31: refinement on active clients and the stability check.
         refined = np.flatnonzero(active)
+        leaving[:] = False
         g_errors = (
             reconstruction_errors(community_params, x_all).numpy() if communities else np.zeros((0, len(x_all)))
         )
@@ -249,6 +263,7 @@ def fedcref(
             assignment[i] = keep_indices(refined_i, before[i], clients.k[i])
             if t >= params.stable_after and is_stable(before[i], assignment[i], τ=params.τ):
                 active[i] = False  # a client in A since iteration 1 makes its t-th refinement
+                leaving[i] = params.retrain_on_leave
         n_active_models = len(trained_slots)
         bytes_exchanged = (
             n_active_models * (clients.n_clients - 1) * wire  # line 9
@@ -278,7 +293,7 @@ def fedcref(
         })
         bar.set_postfix(communities=len(communities), isolated=len(isolated), active=int(active.sum()))
         bar.update()
-        if not active.any() or global_stop(
+        if not (active | leaving).any() or global_stop(
             [h["communities"] for h in history], [h["isolated"] for h in history],
             window=params.stop_window, tolerance=params.stop_tolerance,
         ):
