@@ -88,10 +88,14 @@ def test_initial_dec_picks_the_dec_shape(monkeypatch, initial, shape):
     assert all((q == 0).all() for q in clients.initial)
 
 
-def test_stable_after_is_a_params_key():
-    section = parse_params({"unsupervised": {"fedcref": {"stable_after": 2}}}).unsupervised
+def test_stable_after_and_retrain_on_leave_are_params_keys():
+    section = parse_params({"unsupervised": {"fedcref": {"stable_after": 2, "retrain_on_leave": True}}}).unsupervised
     from clusterfed.stages.unsupervised import fedcref_params
 
     assert fedcref_params(section).stable_after == 2
+    assert fedcref_params(section).retrain_on_leave is True
+    assert fedcref_params(parse_params({}).unsupervised).retrain_on_leave is False
     with pytest.raises(ParamsError, match="unsupervised.fedcref.stable_after"):
         parse_params({"unsupervised": {"fedcref": {"stable_after": 0}}})
+    with pytest.raises(ParamsError, match="unsupervised.fedcref.retrain_on_leave"):
+        parse_params({"unsupervised": {"fedcref": {"retrain_on_leave": "sometimes"}}})
