@@ -3,7 +3,8 @@
 MNIST S2 (two label-shift groups of n/2 devices), as many samples per device as the
 60k train pool allows (60000 // n, 25% of them Z^val; test 10000 // n), the thesis'
 MLP 784-128-10 and SGD (lr 0.01, L2 0.001, batch 10), 5 initial local epochs, α 0.1,
-ε 0.7, cold start until the clustering is stable (flat: a round without merge, at most
+ε 0.7 (``--epsilon`` and ``--lr`` change the last two: a sensitivity check, not the
+thesis' setting), cold start until the clustering is stable (flat: a round without merge, at most
 ``--max-rounds``; hierarchical: ``--rounds-per-level`` rounds per level, the last
 level until a round merges nothing) and one training round. Each run is its own
 subprocess (so its peak RSS is its own), every n of the first variant, then the
@@ -48,12 +49,12 @@ def run_one(args) -> dict:
     t0 = time.perf_counter()
     ds = load_dataset("mnist", args.root)
     fed = build_scenario(ds, args.scenario, group_sizes=[n // 2, n - n // 2], seed=args.seed)
-    engine = Engine(fed, model="mlp", hidden=128, training=TrainingConfig(lr=0.01, l2=0.001, batch_size=10),
+    engine = Engine(fed, model="mlp", hidden=128, training=TrainingConfig(lr=args.lr, l2=0.001, batch_size=10),
                     device="cpu")
     setup = time.perf_counter() - t0
     work = count_work(engine)
     trace: list[dict] = []
-    method = FAACL(alpha=0.1, epsilon=0.7, init_epochs=args.init_epochs, rounds=1, variant=args.one_variant,
+    method = FAACL(alpha=0.1, epsilon=args.epsilon, init_epochs=args.init_epochs, rounds=1, variant=args.one_variant,
                    max_rounds=args.max_rounds, partition_order=args.partition_order,
                    rounds_per_level=args.rounds_per_level, stable=args.stable)
     trace_rounds(method, fed.groups, trace)
@@ -70,6 +71,8 @@ def run_one(args) -> dict:
         "stable": args.stable,
         "seed": args.seed,
         "init_epochs": args.init_epochs,
+        "epsilon": args.epsilon,
+        "lr": args.lr,
         "samples_per_device": int(fed.devices[0].n_train + len(fed.devices[0].y_val)),
         "threads": args.threads,
         "setup_s": round(setup, 2),
@@ -105,7 +108,7 @@ def final_tests(engine, result, args) -> list[dict]:
         for j, c2 in enumerate(result.clusters):
             if i == j:
                 continue
-            p = support_pvalues(losses[i, devices], losses[j, devices], 0.7, counts=counts[devices])
+            p = support_pvalues(losses[i, devices], losses[j, devices], args.epsilon, counts=counts[devices])
             refuse = ~significant(p, 0.1)
             mean = [float(np.mean([losses[k, d, :counts[d]].mean() for d in devices])) for k in (i, j)]
             out.append({"c1": len(c1.devices), "c2": len(c2.devices), "refusing_devices": int(refuse.sum()),
@@ -195,7 +198,8 @@ def read(out: Path) -> list[dict]:
 def key(row: dict) -> tuple:
     hier = row["variant"] == "hierarchical"
     return (row["n"], row["variant"], row["seed"], row["init_epochs"], row.get("partition_order"),
-            row.get("rounds_per_level", 3) if hier else None, row.get("stable", "partition"))
+            row.get("rounds_per_level", 3) if hier else None, row.get("stable", "partition"),
+            row.get("epsilon", 0.7), row.get("lr", 0.01), row.get("scenario", "S2"))
 
 
 def main(args) -> None:
@@ -207,7 +211,7 @@ def main(args) -> None:
                 continue
             hier = variant == "hierarchical"
             k = (n, variant, args.seed, args.init_epochs, args.partition_order if hier else None,
-                 args.rounds_per_level if hier else None, args.stable)
+                 args.rounds_per_level if hier else None, args.stable, args.epsilon, args.lr, args.scenario)
             if k in {key(r) for r in read(out)}:
                 continue
             before = load()
@@ -215,7 +219,7 @@ def main(args) -> None:
                    "--seed", str(args.seed), "--init-epochs", str(args.init_epochs), "--threads", str(args.threads),
                    "--max-rounds", str(args.max_rounds), "--partition-order", args.partition_order,
                    "--rounds-per-level", str(args.rounds_per_level), "--stable", args.stable,
-                   "--scenario", args.scenario]
+                   "--scenario", args.scenario, "--epsilon", str(args.epsilon), "--lr", str(args.lr)]
             print(f"[{time.strftime('%H:%M:%S')}] n={n} {variant} load {before[0]:.2f} ...", flush=True)
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             if res.returncode != 0:
@@ -231,13 +235,16 @@ def main(args) -> None:
 
 
 def summarize(args) -> None:
-    rows = sorted(read(Path(args.out)), key=lambda r: (r["n"], r["variant"], r["init_epochs"]))
+    rows = sorted(read(Path(args.out)), key=lambda r: (r.get("scenario", "S2"), r["n"], r["variant"], r["init_epochs"]))
     print("| n | samples/device | init epochs | variant | wall s | CPU s | peak RSS GB | clustering rounds | clusters | "
           "ARI | accuracy % | trained sample-epochs | evaluated (model, sample) | load before/after (1 min) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         order = f" ({r['partition_order']}, {r.get('rounds_per_level', 3)}/level)" if r.get("partition_order") else ""
         order += f", stable: {r['stable']}" if r.get("stable", "partition") != "partition" else ""
+        order += f", ε {r['epsilon']}" if r.get("epsilon", 0.7) != 0.7 else ""
+        order += f", lr {r['lr']}" if r.get("lr", 0.01) != 0.01 else ""
+        order += f", {r['scenario']}" if r.get("scenario", "S2") != "S2" else ""
         cpu = f"{r['cpu_s']:.1f}" if "cpu_s" in r else "—"
         work = [f"{r[k]:,}" if k in r else "—" for k in ("train_sample_epochs", "eval_model_samples")]
         print(f"| {r['n']} | {r['samples_per_device']} | {r['init_epochs']} | {r['variant']}{order} | {r['wall_s']:.1f} | "
@@ -245,7 +252,9 @@ def summarize(args) -> None:
               f"{100 * r['accuracy']:.2f} | {work[0]} | {work[1]} | {r['load_before'][0]:.1f} / {r['load_after'][0]:.1f} |")
     for what in ("wall_s", "cpu_s"):
         hier = {r["n"]: r[what] for r in rows if r["variant"] == "hierarchical" and r["init_epochs"] == 5
-                and r.get("rounds_per_level", 3) == 1 and r.get("stable", "partition") == "partition" and what in r}
+                and r.get("rounds_per_level", 3) == 1 and r.get("stable", "partition") == "partition"
+                and r.get("epsilon", 0.7) == 0.7 and r.get("lr", 0.01) == 0.01
+                and r.get("scenario", "S2") == "S2" and what in r}
         ns = sorted(hier)
         steps = ", ".join(f"{a} -> {b}: x{hier[b] / hier[a]:.2f}" for a, b in zip(ns, ns[1:]))
         if steps:
@@ -264,6 +273,8 @@ if __name__ == "__main__":
     ap.add_argument("--scenario", default="S2", choices=["S1", "S2"])
     ap.add_argument("--seed", type=int, default=10)
     ap.add_argument("--init-epochs", type=int, default=5)
+    ap.add_argument("--epsilon", type=float, default=0.7, help="FAACL's ε (Table B.1, MNIST S2: 0.7)")
+    ap.add_argument("--lr", type=float, default=0.01, help="local SGD learning rate (thesis: 0.01)")
     ap.add_argument("--max-rounds", type=int, default=50)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--timeout", type=int, default=3600)

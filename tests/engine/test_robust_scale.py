@@ -39,3 +39,27 @@ def test_update_norms_in_chunks_equal_one_pass():
     for chunk in (1, 35, 100):
         assert torch.equal(update_norms(trained, start, chunk=chunk).isnan(), one.isnan())
         assert torch.equal(update_norms(trained, start, chunk=chunk).nan_to_num(), one.nan_to_num())
+
+
+def test_update_norms_from_model_rows_equal_the_per_pair_copy():
+    """``rows=``: the pairs' start rows are taken from the models chunk by chunk, with
+    the same norms as a materialised per-pair copy of the starts."""
+    g = torch.Generator().manual_seed(1)
+    models = {"w": torch.randn(3, 5, 7, generator=g), "b": torch.randn(3, 4, generator=g)}
+    rows = torch.tensor([2, 0, 0, 1, 2, 2, 1])
+    trained = {k: v.index_select(0, rows) + 0.1 * torch.randn(len(rows), *v.shape[1:], generator=g)
+               for k, v in models.items()}
+    copied = {k: v.index_select(0, rows) for k, v in models.items()}
+    for chunk in (1, 35, 2**30):
+        assert torch.equal(update_norms(trained, models, rows=rows, chunk=chunk), update_norms(trained, copied, chunk=chunk))
+
+
+def test_update_norms_of_huge_finite_rows_are_finite_and_exact():
+    """A finite row whose float32 sum of squares overflows (1e30 per entry) is summed
+    again in float64: its norm is finite, so the outlier rule, not the finite check,
+    judges it; a row with inf stays NaN."""
+    trained = {"w": torch.stack([torch.full((6,), 1e30), torch.ones(6), torch.tensor([1.0, float("inf"), 0, 0, 0, 0])])}
+    norms = update_norms(trained)
+    assert norms[0].item() == pytest.approx(1e30 * 6**0.5, rel=1e-6)
+    assert norms[1].item() == pytest.approx(6**0.5, rel=1e-7)
+    assert bool(norms[2].isnan())

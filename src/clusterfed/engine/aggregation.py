@@ -31,7 +31,9 @@ def weighted_average(
         for r0 in range(0, len(theta), rows):  # w_p θ_p a block of rows at a time: no P·|θ| temporary
             r = slice(r0, r0 + rows)
             summed.index_add_(0, target_of_pair[r], theta[r] * w[r])
-        mean = summed / total.clamp(min=1e-12).view(-1, *([1] * (theta.dim() - 1)))
-        keep = has_pairs.view(-1, *([1] * (theta.dim() - 1)))
-        out[k] = torch.where(keep, mean, previous[k])
+        summed.div_(total.clamp(min=1e-12).view(-1, *([1] * (theta.dim() - 1))))  # in place: the mean
+        if not bool(has_pairs.all()):  # only the untrained rows are copied back, not a where over all
+            untrained = torch.nonzero(~has_pairs).flatten()
+            summed.index_copy_(0, untrained, previous[k].index_select(0, untrained))
+        out[k] = summed
     return out

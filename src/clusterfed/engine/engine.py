@@ -248,10 +248,9 @@ class Engine:
         cfg = self.training if training is None else training
         model_idx = torch.as_tensor(model_of_pair, dtype=torch.long, device=self.device)
         device_idx = torch.as_tensor(device_of_pair, dtype=torch.long, device=self.device)
-        start = {k: v.index_select(0, model_idx) for k, v in params.items()}
         trained = local_sgd(
             self.model,
-            start,
+            params,
             data,
             device_idx,
             epochs=cfg.local_epochs if local_epochs is None else local_epochs,
@@ -263,10 +262,11 @@ class Engine:
             model_of_pair=model_idx,
             objective=objective,
             workers=self.workers,
+            start_rows=model_idx,  # the pairs' one copy of their models is made there
         )
         # Pooled rows are no device's: their uploads count against nobody (Tally).
         uploaders = np.asarray(device_of_pair) + self.n_devices if data.virtual else device_of_pair
-        return self.screen(trained, uploaders, start)
+        return self.screen(trained, uploaders, params, start_rows=model_idx)
 
     def local_composed(
         self,
@@ -295,7 +295,12 @@ class Engine:
         return self.screen(trained, device_of_pair, variables)
 
     def screen(
-        self, uploads: StackedParams, device_of_pair: np.ndarray, start: StackedParams | None = None
+        self,
+        uploads: StackedParams,
+        device_of_pair: np.ndarray,
+        start: StackedParams | None = None,
+        *,
+        start_rows: torch.Tensor | None = None,
     ) -> Round:
         """The one rejection point (``robust.screen`` with this engine's rule), row p
         uploaded by device ``device_of_pair[p]``: rejected rows come back NaN (so no
@@ -303,8 +308,9 @@ class Engine:
         reported to every open ``tally``. The engine's calls screen what they return
         (models, Fisher estimates, gradients); a method screens here what a device
         computes without the engine (PACFL's data bases). ``start``: the models the
-        rows began from (the rule then judges the update θ_p − start_p)."""
-        rejected, uploads = screen(uploads, start, self.screening)
+        rows began from (the rule then judges the update θ_p − start_p); with
+        ``start_rows``, row p began from ``start``'s row ``start_rows[p]``."""
+        rejected, uploads = screen(uploads, start, self.screening, rows=start_rows)
         result = Round(uploads, torch.nonzero(rejected).flatten().cpu().numpy(), np.asarray(device_of_pair))
         for tally in self._tallies:
             tally.add(result)

@@ -177,9 +177,13 @@ def local_sgd(
     model_of_pair: torch.Tensor | None = None,
     objective: LocalObjective | None = None,
     workers: int | None = None,
+    start_rows: torch.Tensor | None = None,
 ) -> StackedParams:
     """Train every pair for ``epochs`` local epochs; returns new stacked parameters.
 
+    ``params`` has one row per pair, or with ``start_rows`` one row per model and pair p
+    starts from row ``start_rows[p]`` (so the pairs' copy is the one this call makes,
+    not a second one: at n = 1000 devices each copy is P·|θ| floats).
     The loss of a pair is the batch-mean cross-entropy plus ``l2 * Σ‖W‖²`` over its
     kernels (Keras' L2 regulariser, thesis B.3). The architecture's analytic
     ``stacked_sgd_step`` is used when it has one, else ``autograd_sgd_step``.
@@ -219,7 +223,8 @@ def local_sgd(
     perm = pair_order(model_of_pair if penalty is not None else None, counts_given)
     # one copy, in the caller's pair order: chunks are taken in ``perm`` order and written
     # back, so no permuted copy of all pairs exists beside it (one P·|θ| copy, not two)
-    params = {k: v.detach().clone() for k, v in params.items()}
+    params = {k: v.detach().clone() if start_rows is None else v.detach().index_select(0, start_rows)
+              for k, v in params.items()}
     if perm is not None:
         device_of_pair, model_of_pair = device_of_pair[perm], model_of_pair[perm]
         orders = [(o[perm], None if s is None else s[perm]) for o, s in orders]
