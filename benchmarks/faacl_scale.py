@@ -163,19 +163,22 @@ def count_work(engine) -> dict:
     work = {"train_sample_epochs": 0, "eval_model_samples": 0}
     counts = {s: engine.counts(s) for s in ("train", "val", "test")} if hasattr(engine, "counts") else {
         s: engine.data.split(s).counts.cpu().numpy() for s in ("train", "val", "test")}  # before the protocol
-    train, losses = engine.local_models, engine.losses
+    losses = engine.losses
 
-    def local_models(params, model_of_pair, device_of_pair, generator, *, local_epochs=None, **kw):
-        e = engine.training.local_epochs if local_epochs is None else local_epochs
-        work["train_sample_epochs"] += int(counts["train"][np.asarray(device_of_pair)].sum()) * e
-        return train(params, model_of_pair, device_of_pair, generator, local_epochs=local_epochs, **kw)
+    def counted(train):  # Engine.train and Engine.local_models (neither calls the other)
+        def call(params, model_of_pair, device_of_pair, generator, *, local_epochs=None, **kw):
+            e = engine.training.local_epochs if local_epochs is None else local_epochs
+            work["train_sample_epochs"] += int(counts["train"][np.asarray(device_of_pair)].sum()) * e
+            return train(params, model_of_pair, device_of_pair, generator, local_epochs=local_epochs, **kw)
+        return call
 
     def count_losses(params, split="val", *, devices=None):
         d = slice(None) if devices is None else np.asarray(devices)
         work["eval_model_samples"] += next(iter(params.values())).shape[0] * int(counts[split][d].sum())
         return losses(params, split, devices=devices)
 
-    engine.local_models, engine.losses = local_models, count_losses
+    engine.train, engine.local_models = counted(engine.train), counted(engine.local_models)
+    engine.losses = count_losses
     return work
 
 

@@ -73,11 +73,14 @@ class PoisonedEngine(Engine):
         if attack == "nan":
             self.data.train.x[poisoned] = float("nan")
 
-    def screen(self, uploads, device_of_pair, start=None):
+    def screen(self, uploads, device_of_pair, start=None, *, start_rows=None, norms=None):
         if self.honest_batches and self.poisoned in np.asarray(device_of_pair):
             self.honest_batches -= 1
         elif self.attack in ("1e30", "flip100", "late"):
             rows = torch.as_tensor(np.asarray(device_of_pair) == self.poisoned)
+            if start is not None and start_rows is not None:  # each pair's own start model
+                start, start_rows = {k: v.index_select(0, start_rows) for k, v in start.items()}, None
+            norms = None  # the honest training's norms are not those of what is uploaded now
             out = {}
             for k, v in uploads.items():
                 if self.attack in ("1e30", "late"):
@@ -86,7 +89,7 @@ class PoisonedEngine(Engine):
                     bad = -100.0 * v if start is None else start[k] - 100.0 * (v - start[k])
                 out[k] = torch.where(rows.to(v.device).view(-1, *([1] * (v.dim() - 1))), bad, v)
             uploads = out
-        return super().screen(uploads, device_of_pair, start)
+        return super().screen(uploads, device_of_pair, start, start_rows=start_rows, norms=norms)
 
 
 def _poisoned_engine(params, fed, device: int, attack: str) -> Engine:

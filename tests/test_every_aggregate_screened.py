@@ -29,16 +29,8 @@ FAST = {
 }
 
 
-def _poison_uploads(monkeypatch):
-    honest = engine_module.local_sgd
-
-    def sgd(model, start, data, device_idx, **kw):
-        trained = honest(model, start, data, device_idx, **kw)
-        rows = device_idx == POISONED
-        return {k: torch.where(rows.view(-1, *([1] * (v.dim() - 1))), torch.full_like(v, 1e30), v)
-                for k, v in trained.items()}
-
-    monkeypatch.setattr(engine_module, "local_sgd", sgd)
+def _poison_uploads(monkeypatch, poison_uploads):
+    poison_uploads(POISONED, lambda start, trained: torch.full_like(trained, 1e30))
     honest_composed = engine_module.composed_sgd  # FedWeIT, APD, Stable SGD: decomposed/dropout uploads
 
     def composed(model, variables, composition, data, device_idx, **kw):
@@ -66,10 +58,10 @@ def fed(digits):
 
 @pytest.mark.parametrize("attack", ["1e30", "nan-data"])
 @pytest.mark.parametrize("name", list(registry.declarations("coldstart", builtin_only=True)))
-def test_cold_start_aggregates_reject_only_the_poisoned_device(name, attack, fed, monkeypatch):
+def test_cold_start_aggregates_reject_only_the_poisoned_device(name, attack, fed, monkeypatch, poison_uploads):
     engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
     if attack == "1e30":
-        _poison_uploads(monkeypatch)
+        _poison_uploads(monkeypatch, poison_uploads)
     else:
         _poison_data(engine)
     method = registry.get("coldstart", name)(rounds=3, **FAST.get(name, {}))
@@ -83,7 +75,7 @@ def test_cold_start_aggregates_reject_only_the_poisoned_device(name, attack, fed
 
 @pytest.mark.parametrize("attack", ["1e30", "nan-data"])
 @pytest.mark.parametrize("name", list(registry.declarations("continual", builtin_only=True)))
-def test_continual_aggregates_reject_only_the_poisoned_device(name, attack, monkeypatch, tmp_path):
+def test_continual_aggregates_reject_only_the_poisoned_device(name, attack, monkeypatch, tmp_path, poison_uploads):
     params = parse_params({
         "seeds": [3], "scenario": {"name": "S2", "group_sizes": [3, 3]}, "training": {"lr": 0.05, "device": "cpu"},
         "continual": {"algorithms": [name], "timesteps": 2, "rounds": 2, "samples_per_device": 60,
@@ -91,7 +83,7 @@ def test_continual_aggregates_reject_only_the_poisoned_device(name, attack, monk
         "unsupervised": {"enabled": False},
     })
     if attack == "1e30":
-        _poison_uploads(monkeypatch)
+        _poison_uploads(monkeypatch, poison_uploads)
     else:
         honest = build_module.build_engine
         monkeypatch.setattr(build_module, "build_engine", lambda p, f: _poison_data(honest(p, f)))

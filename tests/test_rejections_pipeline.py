@@ -29,17 +29,9 @@ def _params(**training):
 
 
 @pytest.fixture
-def poisoned(monkeypatch):
+def poisoned(poison_uploads):
     """Device 3 uploads its update sign-flipped x100 (a finite attack: only the norm rule sees it)."""
-    honest = engine_module.local_sgd
-
-    def attack(model, start, data, device_idx, **kw):
-        trained = honest(model, start, data, device_idx, **kw)
-        rows = device_idx == POISONED
-        return {k: torch.where(rows.view(-1, *([1] * (v.dim() - 1))), start[k] - 100.0 * (v - start[k]), v)
-                for k, v in trained.items()}
-
-    monkeypatch.setattr(engine_module, "local_sgd", attack)
+    poison_uploads(POISONED, lambda start, trained: start - 100.0 * (trained - start))
 
 
 def test_rejections_reach_rejections_json_metrics_and_mlflow(tmp_path, poisoned):

@@ -17,17 +17,9 @@ POISONED = 1
 
 
 @pytest.fixture
-def poisoned(monkeypatch):
+def poisoned(poison_uploads):
     """Device 1 uploads 1e30 in every parameter (finite: only the norm rule catches it)."""
-    honest = engine_module.local_sgd
-
-    def sgd(model, start, data, device_idx, **kw):
-        trained = honest(model, start, data, device_idx, **kw)
-        rows = device_idx == POISONED
-        return {k: torch.where(rows.view(-1, *([1] * (v.dim() - 1))), torch.full_like(v, 1e30), v)
-                for k, v in trained.items()}
-
-    monkeypatch.setattr(engine_module, "local_sgd", sgd)
+    poison_uploads(POISONED, lambda start, trained: torch.full_like(trained, 1e30))
 
 
 def _params(max_share: float):

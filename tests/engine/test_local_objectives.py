@@ -12,6 +12,7 @@ from torch.nn import functional as F
 
 from clusterfed.engine import Engine, TrainingConfig
 from clusterfed.engine.local_sgd import PerFedAvgStep, PFedMeStep, QuadraticPenalty, epoch_orders, local_sgd
+from clusterfed.engine.robust import update_norms
 from clusterfed.engine.stacked import take
 import clusterfed.engine.local_sgd as local_sgd_module
 import clusterfed.models as models_module
@@ -197,3 +198,51 @@ def test_chunks_on_worker_threads_equal_chunks_one_after_another_bitwise(setup, 
     for k in runs[1]:
         assert torch.equal(runs[2][k], runs[1][k]) and torch.equal(runs[3][k], runs[1][k])
         torch.testing.assert_close(runs[1][k], ref[k], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("chunk_pairs", [1, 2, 6])
+def test_update_norms_taken_in_local_sgd_equal_the_screening_pass(setup, monkeypatch, workers, chunk_pairs):
+    """``return_norms``: each chunk's update norms, taken while it is in cache, are the
+    figures ``update_norms`` gives over the finished rows, bit for bit, with pairs
+    started from model rows (``start_rows``), reordered by model (a penalty) and
+    trained in chunks on worker threads; the models are the same as without norms."""
+    engine, _, devices = setup
+    models = engine.init_params(3, torch.Generator().manual_seed(0), distinct=True)
+    start_rows = torch.tensor([0, 1, 2, 2, 0, 1])
+    centre = take(engine.init_params(3, torch.Generator().manual_seed(5), distinct=True), [0, 1, 2])
+    penalty = QuadraticPenalty(weight={k: torch.full_like(v, 0.3) for k, v in centre.items()}, center=centre)
+    per_pair = sum(v[0].numel() for v in models.values())
+    monkeypatch.setattr(local_sgd_module, "CHUNK_FLOATS", chunk_pairs * per_pair)
+    kwargs = dict(epochs=EPOCHS, lr=LR, l2=L2, batch_size=BATCH, penalty=penalty, model_of_pair=start_rows,
+                  start_rows=start_rows, workers=workers)
+    trained, norms = local_sgd(engine.model, models, engine.data.train, devices,
+                               generator=torch.Generator().manual_seed(7), return_norms=True, **kwargs)
+    plain = local_sgd(engine.model, models, engine.data.train, devices, generator=torch.Generator().manual_seed(7), **kwargs)
+    assert torch.equal(norms, update_norms(trained, models, rows=start_rows))
+    assert bool((norms > 0).all())
+    for k in trained:
+        assert torch.equal(trained[k], plain[k])
+
+
+def test_train_reuses_one_upload_buffer_and_averages_what_fresh_uploads_give(setup):
+    """``Engine.train`` writes each round's uploads into one buffer kept across rounds
+    (grown when a round has more pairs): rounds of 4, 6 and 2 pairs average to exactly
+    what ``local_models`` (fresh tensors) and ``aggregate`` give, and the averaged models
+    do not alias the buffer (the next round cannot change them)."""
+    engine, _, _ = setup
+    params = engine.init_params(3, torch.Generator().manual_seed(0), distinct=True)
+    kept = []
+    for round_, (models, devices) in enumerate([([0, 1, 2, 0], [0, 1, 2, 3]), ([2, 1, 0, 0, 1, 2], [0, 1, 2, 3, 4, 5]),
+                                                ([1, 1], [4, 5])]):
+        models, devices = np.array(models), np.array(devices)
+        trained = engine.train(params, models, devices, torch.Generator().manual_seed(round_))
+        uploads = engine.local_models(params, models, devices, torch.Generator().manual_seed(round_))
+        expected = engine.aggregate(uploads.params, models, devices, params)
+        for k in expected:
+            assert torch.equal(trained.params[k], expected[k])
+        kept.append(({k: v.clone() for k, v in trained.params.items()}, trained.params))
+        params = trained.params
+    assert len(next(iter(engine._buffer.values()))) >= 6
+    for copy_, live in kept:
+        assert all(torch.equal(copy_[k], live[k]) for k in live)

@@ -61,26 +61,15 @@ from clusterfed.engine.robust import RobustRule, TooManyRejected, check_rejectio
 from clusterfed.scenarios import build_scenario  # noqa: E402
 
 
-def _poisoning(monkeypatch, device: int, attack):
-    honest = engine_module.local_sgd
-
-    def poisoned(model, start, data, device_idx, **kw):
-        trained = honest(model, start, data, device_idx, **kw)
-        rows = device_idx == device
-        return {k: torch.where(rows.view(-1, *([1] * (v.dim() - 1))), attack(start[k], v), v) for k, v in trained.items()}
-
-    monkeypatch.setattr(engine_module, "local_sgd", poisoned)
-
-
 @pytest.mark.parametrize(
     "attack",
     [lambda s, v: torch.full_like(v, 1e30), lambda s, v: s - 100.0 * (v - s)],
     ids=["1e30", "sign-flipped-x100"],
 )
-def test_a_poisoned_device_is_rejected_every_round_and_fedavg_keeps_its_accuracy(digits, monkeypatch, attack):
+def test_a_poisoned_device_is_rejected_every_round_and_fedavg_keeps_its_accuracy(digits, poison_uploads, attack):
     fed = build_scenario(digits, "S0", group_sizes=[5], seed=3)
     clean = FedAvg(rounds=8).fit(Engine(fed, training=TrainingConfig(lr=0.05), device="cpu"), seed=3)
-    _poisoning(monkeypatch, 2, attack)
+    poison_uploads(2, attack)
     engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
     result = FedAvg(rounds=8).fit(engine, seed=3)
     honest = [d for d in range(5) if d != 2]
@@ -88,7 +77,7 @@ def test_a_poisoned_device_is_rejected_every_round_and_fedavg_keeps_its_accuracy
     assert result.rejected_by_device == (0, 0, 8, 0, 0) and result.uploads == 40 and result.rejected_updates == 8
     assert [r["rejected_devices"] for r in result.history] == [[2]] * 8
     # without the outlier rule the same attack wrecks the model
-    _poisoning(monkeypatch, 2, attack)
+    poison_uploads(2, attack)
     open_engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu", screening=RobustRule(k=None))
     assert FedAvg(rounds=8).fit(open_engine, seed=3).device_accuracy[honest].mean() < 0.5
 

@@ -13,12 +13,14 @@ def weighted_average(
     weights: torch.Tensor,
     previous: StackedParams,
     *,
-    chunk: int = 2**24,
+    chunk: int = 2**20,
 ) -> StackedParams:
     """θ_c = Σ_p w_p θ_p / Σ_p w_p over the pairs p trained for target c.
 
     A target that no pair trained keeps its ``previous`` parameters. Pure: neither
-    input is modified. The products w_p θ_p are formed ``chunk`` elements at a time.
+    input is modified. The products w_p θ_p are formed ``chunk`` elements at a time:
+    4 MiB temporaries stay in cache and in the allocator's heap, where 64 MiB ones are
+    fresh pages every time (2.6x slower for 2000 MNIST MLPs, ``benchmarks/RESULTS.md`` §10).
     """
     n_targets = next(iter(previous.values())).shape[0]
     total = torch.zeros(n_targets, device=weights.device).index_add_(0, target_of_pair, weights)

@@ -151,6 +151,7 @@ class Engine:
         self.data = FederationTensors.from_federation(federation, self.device)
         self.n_devices = federation.n_devices
         self._tallies: list[Tally] = []  # open Engine.tally scopes
+        self._buffer: StackedParams = {}  # train's uploads, reused from round to round
         # (model, sample) rows per evaluation forward: its activations stay within the budget
         self.eval_rows = max(1, EVAL_BUDGET_BYTES // (4 * activation_floats(self.model, federation.input_shape)))
 
@@ -188,9 +189,10 @@ class Engine:
         data = self.data.train if data is None else data
         if len(model_of_pair) == 0:
             return Round(params, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-        uploads = self.local_models(
+        uploads = self._local_models(
             params, model_of_pair, device_of_pair, generator,
             local_epochs=local_epochs, data=data, penalty=penalty, training=training, objective=objective,
+            buffer=self._uploads_buffer(params, len(model_of_pair)),  # averaged below, then free to reuse
         )
         averaged = self.aggregate(
             uploads.params, model_of_pair, device_of_pair, params,
@@ -244,11 +246,31 @@ class Engine:
         FLACC and FedClust read them one by one). ``training`` replaces the engine's SGD
         settings (e.g. a newcomer trained as the federation's devices were). Uploads the
         screening refuses are NaN rows listed in ``Round.rejected``."""
+        return self._local_models(
+            params, model_of_pair, device_of_pair, generator,
+            local_epochs=local_epochs, data=data, penalty=penalty, training=training, objective=objective,
+        )
+
+    def _uploads_buffer(self, params: StackedParams, n_pairs: int) -> StackedParams:
+        """The tensors ``train`` writes its uploads into, kept from round to round (grown
+        by a quarter when a round has more pairs), so that each round writes P·|θ|
+        floats into memory already mapped rather than fresh pages (``local_sgd``)."""
+        buffer = self._buffer
+        if (not buffer or len(next(iter(buffer.values()))) < n_pairs
+                or any(k not in buffer or buffer[k].shape[1:] != v.shape[1:] or buffer[k].dtype != v.dtype
+                       for k, v in params.items())):
+            self._buffer = buffer = {}  # the old one is freed before the new one is made
+            rows = max(n_pairs, n_pairs + n_pairs // 4)
+            buffer.update({k: v.new_empty((rows, *v.shape[1:])) for k, v in params.items()})
+        return buffer
+
+    def _local_models(self, params, model_of_pair, device_of_pair, generator, *, local_epochs, data, penalty,
+                      training, objective, buffer: StackedParams | None = None) -> Round:
         data = self.data.train if data is None else data
         cfg = self.training if training is None else training
         model_idx = torch.as_tensor(model_of_pair, dtype=torch.long, device=self.device)
         device_idx = torch.as_tensor(device_of_pair, dtype=torch.long, device=self.device)
-        trained = local_sgd(
+        trained, norms = local_sgd(
             self.model,
             params,
             data,
@@ -263,10 +285,12 @@ class Engine:
             objective=objective,
             workers=self.workers,
             start_rows=model_idx,  # the pairs' one copy of their models is made there
+            return_norms=True,  # the screening's update norms, taken while each chunk is in cache
+            buffer=buffer,
         )
         # Pooled rows are no device's: their uploads count against nobody (Tally).
         uploaders = np.asarray(device_of_pair) + self.n_devices if data.virtual else device_of_pair
-        return self.screen(trained, uploaders, params, start_rows=model_idx)
+        return self.screen(trained, uploaders, params, start_rows=model_idx, norms=norms)
 
     def local_composed(
         self,
@@ -301,6 +325,7 @@ class Engine:
         start: StackedParams | None = None,
         *,
         start_rows: torch.Tensor | None = None,
+        norms: torch.Tensor | None = None,
     ) -> Round:
         """The one rejection point (``robust.screen`` with this engine's rule), row p
         uploaded by device ``device_of_pair[p]``: rejected rows come back NaN (so no
@@ -309,8 +334,9 @@ class Engine:
         (models, Fisher estimates, gradients); a method screens here what a device
         computes without the engine (PACFL's data bases). ``start``: the models the
         rows began from (the rule then judges the update θ_p − start_p); with
-        ``start_rows``, row p began from ``start``'s row ``start_rows[p]``."""
-        rejected, uploads = screen(uploads, start, self.screening, rows=start_rows)
+        ``start_rows``, row p began from ``start``'s row ``start_rows[p]``; ``norms``: the
+        update norms when the caller took them already (``local_sgd(return_norms=True)``)."""
+        rejected, uploads = screen(uploads, start, self.screening, rows=start_rows, norms=norms)
         result = Round(uploads, torch.nonzero(rejected).flatten().cpu().numpy(), np.asarray(device_of_pair))
         for tally in self._tallies:
             tally.add(result)

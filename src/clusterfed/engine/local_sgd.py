@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from clusterfed.engine.robust import finite_norms, row_squared_norms
 from clusterfed.engine.stacked import StackedParams, stacked_forward
 from clusterfed.engine.tensors import PaddedSplit
 from clusterfed.models import is_regularized
@@ -178,12 +179,22 @@ def local_sgd(
     objective: LocalObjective | None = None,
     workers: int | None = None,
     start_rows: torch.Tensor | None = None,
-) -> StackedParams:
-    """Train every pair for ``epochs`` local epochs; returns new stacked parameters.
+    return_norms: bool = False,
+    buffer: StackedParams | None = None,
+) -> StackedParams | tuple[StackedParams, torch.Tensor]:
+    """Train every pair for ``epochs`` local epochs; returns new stacked parameters
+    (and with ``return_norms`` each pair's update norm ‖θ_p − θ_start,p‖, ``[P]``).
 
     ``params`` has one row per pair, or with ``start_rows`` one row per model and pair p
-    starts from row ``start_rows[p]`` (so the pairs' copy is the one this call makes,
-    not a second one: at n = 1000 devices each copy is P·|θ| floats).
+    starts from row ``start_rows[p]``: each chunk copies its start rows from ``params``,
+    so the result is the only pair-sized tensor made (at n = 1000 devices P·|θ| floats).
+    ``return_norms``: the norms ``robust.update_norms`` gives (equal bit for bit),
+    taken per chunk while its models are in cache instead of in another pass over
+    all pairs' rows (the screening's cost at n = 1000, ``benchmarks/RESULTS.md`` §10).
+    ``buffer``: tensors of at least P rows the result is written into (it is then
+    views of them): a caller that trains every round reuses one, since writing P·|θ|
+    floats into fresh memory cost 6x writing them into memory already mapped
+    (page faults, §10).
     The loss of a pair is the batch-mean cross-entropy plus ``l2 * Σ‖W‖²`` over its
     kernels (Keras' L2 regulariser, thesis B.3). The architecture's analytic
     ``stacked_sgd_step`` is used when it has one, else ``autograd_sgd_step``.
@@ -221,10 +232,8 @@ def local_sgd(
         model_of_pair = torch.arange(len(device_of_pair), device=device_of_pair.device)
     model_of_pair = torch.as_tensor(model_of_pair, dtype=torch.long, device=device_of_pair.device)
     perm = pair_order(model_of_pair if penalty is not None else None, counts_given)
-    # one copy, in the caller's pair order: chunks are taken in ``perm`` order and written
-    # back, so no permuted copy of all pairs exists beside it (one P·|θ| copy, not two)
-    params = {k: v.detach().clone() if start_rows is None else v.detach().index_select(0, start_rows)
-              for k, v in params.items()}
+    source = {k: v.detach() for k, v in params.items()}
+    n_pairs = len(device_of_pair)
     if perm is not None:
         device_of_pair, model_of_pair = device_of_pair[perm], model_of_pair[perm]
         orders = [(o[perm], None if s is None else s[perm]) for o, s in orders]
@@ -234,23 +243,43 @@ def local_sgd(
         def step_fn(p, xb, yb, w, *, lr, l2):
             autograd_sgd_step(model, p, xb, yb, w, lr=lr, l2=l2)
 
-    per_pair = sum(v[0].numel() for v in params.values())
-    size = max(1, CHUNK_FLOATS // per_pair) if analytic else len(device_of_pair)
+    per_pair = sum(v[0].numel() for v in source.values())
+    size = max(1, CHUNK_FLOATS // per_pair) if analytic else max(1, n_pairs)
+    if buffer is None:
+        out = {k: v.new_empty((n_pairs, *v.shape[1:])) for k, v in source.items()}
+    else:
+        out = {k: buffer[k][:n_pairs] for k in source}
+    norms_sq = torch.zeros(n_pairs, dtype=torch.float64, device=device_of_pair.device) if return_norms else None
 
     def train(start: int) -> None:
         rows = slice(start, start + size)
-        # views trained in place; in ``perm`` order, a selection written back after
-        chunk = rows_of(params, rows if perm is None else perm[rows])
+        pairs = rows if perm is None else perm[rows]  # the caller's indices of the chunk's pairs
+        src = pairs if start_rows is None else start_rows[pairs]
+        if perm is None:  # the chunk is its rows of the result, trained in place
+            chunk = {k: v[rows] for k, v in out.items()}
+            for k, v in chunk.items():
+                if isinstance(src, slice):
+                    v.copy_(source[k][src])
+                else:
+                    torch.index_select(source[k], 0, src, out=v)
+        else:  # a selection, written back below
+            chunk = {k: v[src].clone() if isinstance(src, slice) else v.index_select(0, src) for k, v in source.items()}
         _train_chunk(
             step_fn, chunk, data, device_of_pair[rows], [(o[rows], None if s is None else s[rows]) for o, s in orders],
             pull=None if penalty is None else _Pull(penalty, model_of_pair[rows], chunk),
             objective=objective, lr=lr, l2=l2, batch_size=batch_size,
         )
-        if perm is not None:  # a selection (perm is not the identity): write it back
-            for k, v in params.items():
-                v.index_copy_(0, perm[rows], chunk[k])
+        if norms_sq is not None:  # tensor by tensor in dict order, as ``update_norms`` adds them
+            sq = None
+            for k, v in chunk.items():
+                part = row_squared_norms(v - (source[k][src] if isinstance(src, slice) else source[k].index_select(0, src)))
+                sq = part if sq is None else sq + part
+            norms_sq[pairs] = sq
+        if perm is not None:
+            for k, v in out.items():
+                v.index_copy_(0, pairs, chunk[k])
 
-    starts = range(0, len(device_of_pair), size)
+    starts = range(0, n_pairs, size)
     threads = torch.get_num_threads()
     workers = min(threads if workers is None else workers, len(starts))
     if data.x.device.type != "cpu":  # threads split CPU cores; one GPU stream gains nothing
@@ -260,7 +289,7 @@ def local_sgd(
             train(start)
     else:
         _in_threads(train, starts, workers, max(1, threads // workers))
-    return params
+    return out if norms_sq is None else (out, finite_norms(norms_sq))
 
 
 def _in_threads(fn, items, workers: int, intra_op: int) -> None:

@@ -38,21 +38,39 @@ class RobustRule:
     clip_norm: float | None = CLIP_NORM
 
 
+def row_squared_norms(d: torch.Tensor) -> torch.Tensor:
+    """‖d_p‖² of each row as float64: summed in float32 (relative error ~1e-6, far
+    inside the outlier factor; 24x faster than casting to float64 as it reduces); a
+    finite row whose float32 sum overflows (‖d‖ ≳ 1e19) is summed again in float64, so
+    only non-finite rows come back inf or NaN."""
+    d = d.flatten(1)
+    sq = torch.linalg.vector_norm(d, dim=1).double().pow(2)  # inf/NaN if not finite
+    overflow = torch.isinf(sq)
+    if bool(overflow.any()):
+        sq[overflow] = torch.linalg.vector_norm(d[overflow], dim=1, dtype=torch.float64).pow(2)
+    return sq
+
+
+def finite_norms(squared: torch.Tensor) -> torch.Tensor:
+    """√ of summed squared norms, NaN where the row was not finite."""
+    return torch.where(torch.isfinite(squared), squared, torch.full_like(squared, float("nan"))).sqrt()
+
+
 def update_norms(
     trained: StackedParams,
     start: StackedParams | None = None,
     *,
     rows: torch.Tensor | None = None,
-    chunk: int = 2**24,
+    chunk: int = 2**20,
 ) -> torch.Tensor:
     """‖θ_p − θ_start,p‖ of each row ``[P]`` (‖θ_p‖ when ``start`` is None); NaN when the
     row is not finite. ``rows``: row p started from ``start[k][rows[p]]`` (the models
     themselves, not a per-pair copy of them). Rows are taken ``chunk`` elements at a
-    time, so the differences never take more than 4·``chunk`` bytes (not 4·P·|θ|).
-    Each row's norm is summed in float32 (relative error ~1e-6, far inside the outlier
-    factor; 24x faster than casting to float64 as it reduces) and the tensors' squares
-    are added in float64; a finite row whose float32 sum overflows (‖Δ‖ ≳ 1e19) is
-    summed again in float64, so only non-finite rows come back NaN."""
+    time, so the differences never take more than 4·``chunk`` bytes (not 4·P·|θ|) and
+    stay in cache.
+    Each tensor's row norms come from ``row_squared_norms``; the tensors' squares are
+    added in float64. ``local_sgd(return_norms=True)`` computes the same figures chunk
+    by chunk while the trained models are in cache."""
     total = None
     for k, v in trained.items():
         n_rows = max(1, chunk // max(1, v[0].numel()))
@@ -63,15 +81,10 @@ def update_norms(
                 d = v[r]
             else:
                 d = v[r] - (start[k][r] if rows is None else start[k].index_select(0, rows[r]))
-            d = d.flatten(1)
-            sq = torch.linalg.vector_norm(d, dim=1).double().pow(2)  # inf/NaN if not finite
-            overflow = torch.isinf(sq)
-            if bool(overflow.any()):
-                sq[overflow] = torch.linalg.vector_norm(d[overflow], dim=1, dtype=torch.float64).pow(2)
-            parts.append(sq)
+            parts.append(row_squared_norms(d))
         sq = torch.cat(parts) if parts else v.new_zeros(0, dtype=torch.float64)
         total = sq if total is None else total + sq
-    return torch.where(torch.isfinite(total), total, torch.full_like(total, float("nan"))).sqrt()
+    return finite_norms(total)
 
 
 def accepted(norms: torch.Tensor, k: float | None = OUTLIER_FACTOR) -> torch.Tensor:
@@ -108,12 +121,15 @@ def screen(
     rule: RobustRule = RobustRule(),
     *,
     rows: torch.Tensor | None = None,
+    norms: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, StackedParams]:
     """The ``[P]`` bool mask of rejected rows, and the uploads with every rejected row
     set to NaN (no aggregate or later finite check can take it) and accepted rows
     clipped when ``rule.clip_norm`` is set. ``Engine`` calls this once per upload batch.
-    ``rows``: row p started from ``start``'s row ``rows[p]`` (see ``update_norms``)."""
-    norms = update_norms(trained, start, rows=rows)
+    ``rows``: row p started from ``start``'s row ``rows[p]`` (see ``update_norms``);
+    ``norms``: the update norms when the caller has them already (``local_sgd``)."""
+    if norms is None:
+        norms = update_norms(trained, start, rows=rows)
     rejected = ~accepted(norms, rule.k)
     if rule.clip_norm is not None and start is not None:
         if rows is not None:
