@@ -81,12 +81,14 @@ def thesis_settings(name: str, scenario: str, *, init_epochs: int = 5, variant: 
     return {}
 
 
-def make_algorithm(name: str, scenario: str, epochs: int, **options):
+def make_algorithm(name: str, scenario: str, epochs: int, *, hyperparameters: dict | None = None, **options):
     """The registered cold-start method ``name`` with its declared defaults (those of
-    ``params.yaml``'s ``coldstart.<name>`` section) and the thesis' settings."""
+    ``params.yaml``'s ``coldstart.<name>`` section), the thesis' settings and then
+    ``hyperparameters`` (``--set``)."""
     from clusterfed import registry
 
-    return registry.get("coldstart", name)(rounds=epochs, **thesis_settings(name, scenario, **options))
+    settings = {**thesis_settings(name, scenario, **options), **(hyperparameters or {})}
+    return registry.get("coldstart", name)(rounds=epochs, **settings)
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -101,6 +103,16 @@ def read_rows(path: Path) -> list[dict]:
             except json.JSONDecodeError:  # a line cut off by a kill: ignore it, the run reruns
                 pass
     return rows
+
+
+def _setting(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` of ``--set``, the value read as YAML (``K=3``, ``centres=random``)."""
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--set expects KEY=VALUE, got {text!r}")
+    return key, yaml.safe_load(value)
 
 
 def _key(row: dict) -> tuple:
@@ -190,7 +202,8 @@ def run(args) -> None:
                           "running elsewhere, skipped", flush=True)
                     continue
                 algo = make_algorithm(name, scenario, args.epochs, init_epochs=args.init_epochs,
-                                      variant=args.variant, supporter_weight=args.supporter_weight)
+                                      variant=args.variant, supporter_weight=args.supporter_weight,
+                                      hyperparameters=dict(_setting(s) for s in args.set))
                 print(f"[{datetime.now():%H:%M:%S}] {scenario} seed {seed} {name} ...", flush=True)
                 t0, c0 = time.perf_counter(), time.process_time()
                 res = algo.fit(eng, seed=seed, progress=args.progress, ground_truth=fed.groups, oracle_pools=fed.oracle_pools)
@@ -385,6 +398,8 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/out/thesis_mnist.jsonl")
     ap.add_argument("--progress", action="store_true", help="progress lines on stderr (long schedules)")
     ap.add_argument("--summarize", action="store_true", help="print the comparison table and exit")
+    ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="hyperparameters of every --algorithms method (use another --out: rows are not keyed by them)")
     ap.add_argument("--weighted", action="store_true",
                     help="summarize accuracy over all test samples (device accuracies weighted by test size)")
     args = ap.parse_args()

@@ -57,3 +57,17 @@ def test_fesem_recovers_the_three_s2_groups_on_digits(digits):
     assert adjusted_rand_score(fed.groups, result.model_of_device) == 1.0
     assert result.n_clusters == 3 and len(result.history) == 10
     assert result.device_accuracy.mean() > 0.8
+
+
+def test_random_initial_centres_take_every_client_into_one_cluster_on_digits(digits):
+    """``centres="random"`` (the paper's Alg. 1 initialisation): the first local models,
+    all trained from one shared θ, lie far from K independent random models and all
+    nearest the same one, so FeSEM is left with one cluster (FedAvg) where the
+    k-means++ seeding of the same draw recovers the three groups."""
+    fed = build_scenario(digits, "S2", group_sizes=[4, 4, 4], seed=1)
+    for seed in (1, 2, 3):
+        result = FeSEM(K=3, rounds=10, centres="random").fit(Engine(fed, training=TrainingConfig(lr=0.05), device="cpu"),
+                                                             seed=seed)
+        assert result.n_clusters == 1 and len(set(result.model_of_device.tolist())) == 1
+    seeded = FeSEM(K=3, rounds=10).fit(Engine(fed, training=TrainingConfig(lr=0.05), device="cpu"), seed=2)
+    assert adjusted_rand_score(fed.groups, seeded.model_of_device) == 1.0

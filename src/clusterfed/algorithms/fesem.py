@@ -77,8 +77,11 @@ class FeSEMState:
 class FeSEM(ColdStart[FeSEMState]):
     """FeSEM (Long et al., 2023, Alg. 1) with a fixed number K of clusters.
 
-    The first round trains one shared θ on the participants and seeds the K centres
-    on their local models (``seed_centres``); each round then trains every
+    The first round trains one shared θ on the participants and takes the K centres
+    either seeded on their local models (``centres="kmeans++"``, ``seed_centres``) or,
+    as the paper's Alg. 1 initialises them, as K independent random models
+    (``centres="random"``: the local models are then assigned to whichever random
+    centre happens to lie nearest); each round then trains every
     participant from its centre, assigns it to the nearest centre (``e_step``) and
     averages (M-step, |D|-weighted; a centre no participant joined is kept).
     Clients that have not taken part yet are served centre 0; a rejected upload is a
@@ -95,8 +98,11 @@ class FeSEM(ColdStart[FeSEMState]):
     hyperparameters = (
         Param("K", 5, "number of centres (the thesis' upper bound for fixed-k baselines, §3.3.4)", symbol="K",
               kind=int, gt=0),
+        Param("centres", "kmeans++", "initial centres: k-means++ on the first local models, or K random models "
+              "(the paper's Alg. 1)", kind=str, choices=("kmeans++", "random")),
     )
     K: int
+    centres: str
 
     def init(self, engine: Engine, ctx: Context) -> FeSEMState:
         return FeSEMState(np.zeros(engine.n_devices, dtype=np.int64), engine.init_params(1, ctx.generator, distinct=False))
@@ -113,9 +119,12 @@ class FeSEM(ColdStart[FeSEMState]):
         if not state.seeded:
             if len(finite) == 0:
                 return state
-            local = flat(take(trained, finite.tolist()))
-            keys = ctx.rng.exponential(size=(self.K, engine.n_devices))[:, plan.devices[finite]]
-            centres = take(trained, finite[seed_centres(local, min(self.K, len(finite)), keys)].tolist())
+            if self.centres == "random":
+                centres = engine.init_params(self.K, ctx.generator, distinct=True)
+            else:
+                local = flat(take(trained, finite.tolist()))
+                keys = ctx.rng.exponential(size=(self.K, engine.n_devices))[:, plan.devices[finite]]
+                centres = take(trained, finite[seed_centres(local, min(self.K, len(finite)), keys)].tolist())
         assigned = np.zeros(len(plan.devices), dtype=np.int64)
         if len(finite):
             assigned[finite] = e_step(flat(take(trained, finite.tolist())), flat(centres))
