@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 EPSILON = {"S1": 0.5, "S2": 0.5, "A1": 0.3, "A2": 0.2}
 # Thesis Tables 4.1-4.4, MNIST: (sequential, multi-task) accuracy %.
@@ -38,25 +39,32 @@ def params_for(args, setting: str, scenario: str):
 
     # the authors' construction sizes devices by their FedProx users (README "The authors' construction")
     thesis = args.construction == "thesis"
-    return parse_params(
-        {
-            "seeds": args.seeds,
-            "data": {"dataset": "mnist", "root": args.root},
-            "scenario": {"name": scenario, "group_sizes": [10, 10], "construction": args.construction},
-            "training": {"lr": 0.01, "l2": 0.001, "batch_size": 10, "device": args.device},
-            "continual": {
-                "setting": setting,
-                "timesteps": args.timesteps,
-                "samples_per_device": args.samples_per_device if thesis else None,
-                "test_samples_per_device": args.test_samples_per_device if thesis else None,
-                "algorithms": args.algorithms,
-                "rounds": args.epochs,
-                "cfaacl": {"epsilon": EPSILON[scenario], "init_epochs": args.init_epochs},
-                "feddrift": {"delta": 3.0, "init_epochs": args.init_epochs},
-            },
+    raw = {
+        "seeds": args.seeds,
+        "data": {"dataset": "mnist", "root": args.root},
+        "scenario": {"name": scenario, "group_sizes": [10, 10], "construction": args.construction},
+        "training": {"lr": 0.01, "l2": 0.001, "batch_size": 10, "device": args.device},
+        "continual": {
+            "setting": setting,
+            "timesteps": args.timesteps,
+            "samples_per_device": args.samples_per_device if thesis else None,
+            "test_samples_per_device": args.test_samples_per_device if thesis else None,
+            "algorithms": args.algorithms,
+            "rounds": args.epochs,
+            "cfaacl": {"epsilon": EPSILON[scenario], "init_epochs": args.init_epochs},
+            "feddrift": {"delta": 3.0, "init_epochs": args.init_epochs},
         },
-        source="benchmark",
-    )
+    }
+    for text in args.set:  # KEY=VALUE, a dotted params.yaml key, the value read as YAML
+        key, sep, value = text.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects KEY=VALUE, got {text!r}")
+        *parents, last = key.split(".")
+        node = raw
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = yaml.safe_load(value)
+    return parse_params(raw, source="benchmark")
 
 
 def run(args) -> None:
@@ -137,6 +145,8 @@ def main() -> None:
     p.add_argument("--out", default="benchmarks/out/continual")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 when runs share cores)")
     p.add_argument("--summarize", action="store_true")
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="params.yaml keys, e.g. continual.fedweit.lambda1=0.01 (use another --out)")
     args = p.parse_args()
     if args.threads:
         import torch

@@ -30,7 +30,7 @@ from dataclasses import replace
 import numpy as np
 
 from clusterfed.algorithms.protocol import Context
-from clusterfed.continual.decomposed import AdditiveComposition, Decomposed, kept_rows, per_device
+from clusterfed.continual.decomposed import OPTIMISER, AdditiveComposition, Decomposed, kept_rows, optimiser, per_device
 from clusterfed.continual.memory import Memory
 from clusterfed.continual.protocol import ContinualMethod
 from clusterfed.continual.state import ContinualState
@@ -48,10 +48,13 @@ class FedProxAPD(ContinualMethod):
         Param("mu", 0.01, "weight of FedProx's proximal term on the shared σ", symbol="μ", ge=0.0),
         Param("lambda1", 1e-3, "L1 weight on the task-adaptive τ, also its pruning threshold", symbol="λ1", ge=0.0),
         Param("lambda2", 10.0, "weight of the retroactive term keeping past tasks' weights", symbol="λ2", ge=0.0),
+        *OPTIMISER,
     )
     mu: float
     lambda1: float
     lambda2: float
+    optimizer: str
+    adam_lr: float
 
     def initial_state(self, engine: Engine, ctx: Context) -> ContinualState:
         n = engine.n_devices
@@ -71,7 +74,7 @@ class FedProxAPD(ContinualMethod):
             shared = parts.base  # σ_global, the same row for every device
             objective = AdditiveComposition({}, parts.anchor, parts.retro, self.lambda1, self.lambda2, self.mu, shared)
             before = parts.variables()
-            uploads = engine.local_composed(before, objective, devices, ctx.generator)
+            uploads = engine.local_composed(before, objective, devices, ctx.generator, **optimiser(self, engine))
             parts = parts.with_variables(kept_rows(uploads, before)[0])
             average = engine.aggregate(  # FedAvg of the accepted σ, handed back to every device
                 parts.base, to_global, devices, {k: v[:1] for k, v in shared.items()}, rejected=uploads.rejected

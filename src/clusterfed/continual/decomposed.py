@@ -33,7 +33,26 @@ from clusterfed.algorithms import Cluster, Clustering
 from clusterfed.engine import Round, StackedParams
 from clusterfed.engine.composed import quadratic
 from clusterfed.engine.local_sgd import rows_of
+from clusterfed.hyperparams import Param
 from clusterfed.models import is_regularized
+
+#: The local optimiser of APD and FedWeIT: the engine's SGD (the thesis' Table B.4: every
+#: method at lr 0.01) or Adam at ``adam_lr``, the authors' (FedWeIT ``config.py``: Adam,
+#: 1e-3 / 3 for its LeNet). Under SGD the base B moves by lr·σ(m)² = lr/4 in θ while the
+#: device's own A moves by lr (benchmarks/RESULTS.md §12); Adam scales every variable's step.
+OPTIMISER = (
+    Param("optimizer", "sgd", "local optimiser: the engine's SGD (thesis) or Adam (the authors')", kind=str,
+          choices=("sgd", "adam")),
+    Param("adam_lr", 1e-3 / 3, "Adam's learning rate when optimizer is adam (FedWeIT authors: 1e-3/3)", gt=0.0),
+)
+
+
+def optimiser(method, engine) -> dict:
+    """``Engine.local_composed``'s arguments for ``method.optimizer``."""
+    if method.optimizer == "sgd":
+        return {}
+    return {"adam": True, "training": replace(engine.training, lr=method.adam_lr)}
+
 
 #: The trained parts (``variables``) and the bookkeeping kept beside them.
 TRAINED = ("base", "mask", "adaptive", "attention", "bias")

@@ -35,7 +35,9 @@ import numpy as np
 import torch
 
 from clusterfed.algorithms.protocol import Context
-from clusterfed.continual.decomposed import AdditiveComposition, Decomposed, _units, kept_rows, per_device
+from clusterfed.continual.decomposed import (
+    OPTIMISER, AdditiveComposition, Decomposed, _units, kept_rows, optimiser, per_device,
+)
 from clusterfed.continual.memory import Memory
 from clusterfed.continual.protocol import ContinualMethod
 from clusterfed.continual.state import ContinualState
@@ -78,10 +80,13 @@ class FedWeIT(ContinualMethod):
               symbol="λ2", ge=0.0),
         Param("sparsity", 0.3, "share of base units, smallest |mask| first, a client withholds from each upload",
               symbol="ρ", ge=0.0, lt=1.0),
+        *OPTIMISER,
     )
     lambda1: float
     lambda2: float
     sparsity: float
+    optimizer: str
+    adam_lr: float
 
     def initial_state(self, engine: Engine, ctx: Context) -> ContinualState:
         n = engine.n_devices
@@ -102,7 +107,8 @@ class FedWeIT(ContinualMethod):
         objective = AdditiveComposition(parts.knowledge, parts.anchor, parts.retro, self.lambda1, self.lambda2)
         for _ in range(self.rounds):
             before = parts.variables()
-            uploads, accepted = kept_rows(engine.local_composed(before, objective, devices, ctx.generator), before)
+            uploads, accepted = kept_rows(
+                engine.local_composed(before, objective, devices, ctx.generator, **optimiser(self, engine)), before)
             parts = parts.with_variables(uploads)
             parts = replace(parts, base=aggregate_bases(parts.base, parts.mask, accepted, self.sparsity))
         return self._state(parts, state.memory)

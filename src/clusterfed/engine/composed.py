@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from clusterfed.engine.adam import StackedAdam
 from clusterfed.engine.local_sgd import CHUNK_FLOATS, epoch_orders, minibatches, padded, pair_order, rows_of
 from clusterfed.engine.stacked import StackedParams
 from clusterfed.engine.tensors import PaddedSplit
@@ -91,9 +92,12 @@ def composed_sgd(
     batch_size: int,
     generator: torch.Generator,
     dropout: float = 0.0,
+    adam: bool = False,
 ) -> StackedParams:
     """Train every pair's variables for ``epochs`` local epochs; returns new variables
-    (one row per pair). Inputs are not modified.
+    (one row per pair). Inputs are not modified. ``adam``: the steps are Adam's at
+    rate ``lr`` (``StackedAdam``, zero state each call: the APD and FedWeIT authors'
+    optimiser) instead of plain SGD; a pair's step count advances only on its steps.
 
     Sample orders (and dropout masks: one ``[P, B, hidden]`` draw per step) are drawn
     up front in the given pair order, as the per-device reference draws them; pairs
@@ -128,6 +132,7 @@ def composed_sgd(
         _train_chunk(
             gradient_fn, chunk, composition.take(rows), data, device_of_pair[rows],
             [(o[rows], None if m is None else m[rows]) for o, m in draws], lr=lr, l2=l2, batch_size=batch_size,
+            adam=adam,
         )
         if perm is not None:
             for k, v in variables.items():
@@ -136,10 +141,15 @@ def composed_sgd(
 
 
 @torch.no_grad()
-def _train_chunk(gradient_fn, variables, composition, data, device_of_pair, draws, *, lr, l2, batch_size) -> None:
+def _train_chunk(gradient_fn, variables, composition, data, device_of_pair, draws, *, lr, l2, batch_size,
+                 adam: bool = False) -> None:
     """The epochs of ``composed_sgd`` for one chunk of pairs, in place on ``variables``."""
     steps = minibatches(data.counts[device_of_pair], batch_size)
     rows = device_of_pair[:, None]
+    if adam:
+        buffers = {k: torch.zeros_like(v) for k, v in variables.items()}
+        optimiser = StackedAdam(variables, buffers)
+        everyone = list(range(len(device_of_pair)))
     for order, masks in draws:
         order = padded(order, steps)
         for s, batch in enumerate(steps):
@@ -147,7 +157,16 @@ def _train_chunk(gradient_fn, variables, composition, data, device_of_pair, draw
             theta = composition.compose(variables)
             grads = gradient_fn(theta, data.x[rows, idx], data.y[rows, idx], batch.weight, l2=l2,
                                 dropout=None if masks is None else masks[:, s])
-            for k, g in composition.gradients(variables, grads).items():
+            gradients = composition.gradients(variables, grads)
+            if adam:  # a missing key has gradient zero; finished pairs take no step
+                for k, buffer in buffers.items():
+                    if k in gradients:
+                        buffer.copy_(gradients[k])
+                    else:
+                        buffer.zero_()
+                optimiser.step(everyone if batch.everyone else torch.nonzero(batch.active).flatten().tolist(), lr=lr)
+                continue
+            for k, g in gradients.items():
                 if not batch.everyone:  # finished pairs: no step (their l2 and penalty included)
                     g = g * batch.active.view(-1, *[1] * (g.dim() - 1))
                 variables[k].sub_(g, alpha=lr)

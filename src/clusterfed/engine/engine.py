@@ -302,11 +302,13 @@ class Engine:
         local_epochs: int | None = None,
         training: TrainingConfig | None = None,
         dropout: float = 0.0,
+        adam: bool = False,
     ) -> Round:
         """What each pair uploads when its model is composed from variables (APD,
         FedWeIT, ``engine/composed.py``): pair p trains row p of ``variables`` on device
         ``device_of_pair[p]``, its model being ``composition.compose(variables)``;
-        ``dropout`` masks hidden activations (Stable SGD). One row per pair, not
+        ``dropout`` masks hidden activations (Stable SGD); ``adam`` steps by Adam at the
+        training's lr instead of SGD (``composed_sgd``). One row per pair, not
         averaged (the method aggregates what it shares); screened as ``local_models``'
         (rejected rows NaN, listed in ``Round.rejected``)."""
         cfg = self.training if training is None else training
@@ -314,7 +316,7 @@ class Engine:
         trained = composed_sgd(
             self.model, variables, composition, self.data.train, device_idx,
             epochs=cfg.local_epochs if local_epochs is None else local_epochs,
-            lr=cfg.lr, l2=cfg.l2, batch_size=cfg.batch_size, generator=generator, dropout=dropout,
+            lr=cfg.lr, l2=cfg.l2, batch_size=cfg.batch_size, generator=generator, dropout=dropout, adam=adam,
         )
         return self.screen(trained, device_of_pair, variables)
 
