@@ -8,8 +8,9 @@ module's syntax tree, following base classes and ``from … import`` lines, as
 setuptools reads a ``version = attr: pkg.__version__`` without importing ``pkg``.
 This keeps ``clusterfed validate`` free of torch.
 
-Readable values: literals, tuples and lists of them, ``-x``, ``a + b``, names bound at
-module level (or imported), ``Class.attribute`` and ``Param(...)`` calls. Anything
+Readable values: literals, tuples and lists of them, ``-x``, ``a + b``, ``a * b`` and
+``a / b`` of numbers, names bound at module level (or imported), ``Class.attribute``
+and ``Param(...)`` calls. Anything
 else (a computed default) raises :class:`NotDeclarative`, and the registry imports the
 module instead: the same answer, only slower.
 """
@@ -255,6 +256,10 @@ def _value(module: str, expr: ast.expr) -> Any:
             return -operand if isinstance(expr.op, ast.USub) else operand
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
         return _value(module, expr.left) + _value(module, expr.right)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Mult, ast.Div)):
+        left, right = _value(module, expr.left), _value(module, expr.right)
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (left, right)):
+            return left * right if isinstance(expr.op, ast.Mult) else left / right
     if isinstance(expr, ast.Name) and expr.id in _BUILTIN_NAMES and _lookup(module, expr.id) is MISSING:
         return _BUILTIN_NAMES[expr.id]
     if isinstance(expr, ast.Name):

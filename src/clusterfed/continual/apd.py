@@ -48,8 +48,7 @@ class FedProxAPD(ContinualMethod):
         Param("mu", 0.01, "weight of FedProx's proximal term on the shared σ", symbol="μ", ge=0.0),
         Param("lambda1", 1e-3, "L1 weight on the task-adaptive τ, also its pruning threshold", symbol="λ1", ge=0.0),
         Param("lambda2", 10.0, "weight of the retroactive term keeping past tasks' weights", symbol="λ2", ge=0.0),
-        *OPTIMISER,
-    )
+    ) + OPTIMISER
     mu: float
     lambda1: float
     lambda2: float

@@ -80,8 +80,7 @@ class FedWeIT(ContinualMethod):
               symbol="λ2", ge=0.0),
         Param("sparsity", 0.3, "share of base units, smallest |mask| first, a client withholds from each upload",
               symbol="ρ", ge=0.0, lt=1.0),
-        *OPTIMISER,
-    )
+    ) + OPTIMISER
     lambda1: float
     lambda2: float
     sparsity: float
