@@ -22,7 +22,8 @@ Experiments (settings of the partition and the local SGD: ``seed_methods_mnist.p
 - ``stocfl_rotated`` (StoCFL Table 1, N = 1200, |D| = 200, 10 %): FedProx (77.82),
   Ditto (79.38), IFCA M̃ = 2 / 4 / 6 (86.12 / 91.00 / 92.15).
 - ``fedclust_label_skew`` (FedClust §5, label skew 20 %, 100 clients): FedProx, FedNova,
-  LG-FedAvg, Per-FedAvg, CFL, PACFL (no MNIST column in the paper).
+  LG-FedAvg, Per-FedAvg, CFL, PACFL, and FedAvg, Local, IFCA on every seed (no MNIST
+  column in the paper).
 
 "Rounds to target" / "MB to target" (per seed) are FedClust Tables 4-5's measures: the
 first round whose mean device accuracy reaches ``evaluate.target_accuracy`` (90 %) and
@@ -82,6 +83,10 @@ METHODS: dict[str, dict[str, tuple[str, dict, float]]] = {
         "perfedavg": ("perfedavg", {"alpha": 0.01}, None),
         "cfl": ("cfl", {"eps1": 0.4, "eps2": 0.6, "participation": 1.0}, None),
         "pacfl": ("pacfl", {"p": 3}, None),
+        # §5's rows (seed_methods_mnist.py runs them on the experiment's first seed only)
+        "fedavg": ("fedavg", {}, None),
+        "local": ("local", {}, None),
+        "ifca": ("ifca", {"n_clusters": 4}, None),
     },
 }
 
