@@ -246,3 +246,19 @@ def test_train_reuses_one_upload_buffer_and_averages_what_fresh_uploads_give(set
     assert len(next(iter(engine._buffer.values()))) >= 6
     for copy_, live in kept:
         assert all(torch.equal(copy_[k], live[k]) for k in live)
+
+
+def test_train_keeps_no_upload_buffer_above_its_budget(setup, monkeypatch):
+    """Above ``UPLOAD_BUFFER_BYTES`` (e.g. thousands of 2048-unit MLPs) ``train`` writes
+    fresh tensors and holds nothing between rounds; the averages are the same."""
+    import clusterfed.engine.engine as engine_module
+
+    engine, _, _ = setup
+    params = engine.init_params(3, torch.Generator().manual_seed(0), distinct=True)
+    models, devices = np.array([0, 1, 2, 0]), np.arange(4)
+    kept = engine.train(params, models, devices, torch.Generator().manual_seed(1)).params
+    assert engine._buffer
+    monkeypatch.setattr(engine_module, "UPLOAD_BUFFER_BYTES", 1)
+    fresh = engine.train(params, models, devices, torch.Generator().manual_seed(1)).params
+    assert engine._buffer == {}
+    assert all(torch.equal(kept[k], fresh[k]) for k in kept)
