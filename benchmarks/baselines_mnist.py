@@ -111,7 +111,7 @@ def run(args) -> None:
                 out = Path(args.out) / experiment / method / f"seed_{seed}.json"
                 if out.is_file():
                     continue
-                params = params_for(experiment, seed, args.device)
+                params = params_for(experiment, seed, args.device, args.model)
                 t0, c0 = time.perf_counter(), time.process_time()
                 fed = build.build_federation(params, seed)
                 engine = build.build_engine(params, fed)
@@ -174,6 +174,8 @@ def main() -> None:
     p.add_argument("--methods", nargs="+", default=None, help="a subset of the experiment's methods")
     p.add_argument("--seeds", nargs="+", type=int, default=[10])
     p.add_argument("--device", default="auto")
+    p.add_argument("--model", default="mlp", choices=["mlp", "cnn", "paper"],
+                   help="the network (seed_methods_mnist.py: paper = each paper's own)")
     p.add_argument("--out", default="benchmarks/out/baselines")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 when runs share cores)")
     p.add_argument("--summarize", action="store_true")

@@ -254,6 +254,7 @@ def run(args) -> None:
                     "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     "host": platform.node(),
                     "torch_threads": torch.get_num_threads(),
+                    "device": str(eng.device),
                 }
                 append_row(out, row)
                 done.add(key)

@@ -240,8 +240,8 @@ def glorot_init_(module: nn.Module, generator: torch.Generator) -> None:
                 receptive = math.prod(p.shape[2:])
                 fan_in, fan_out = p.shape[1] * receptive, p.shape[0] * receptive
             bound = math.sqrt(6.0 / (fan_in + fan_out))
-            with torch.no_grad():
-                p.uniform_(-bound, bound, generator=generator)
+            with torch.no_grad():  # drawn where the generator lives, so every device gets the same draw
+                p.copy_(torch.empty(p.shape).uniform_(-bound, bound, generator=generator))
 
 
 def is_regularized(parameter_name: str) -> bool:
