@@ -11,7 +11,7 @@ import torch
 import clusterfed.engine.engine as engine_module
 from clusterfed import stages
 from clusterfed.config import parse_params
-from clusterfed.engine.robust import TooManyRejected
+from clusterfed.engine.robust import RepeatedRejections, TooManyRejected
 from clusterfed.layout import RunLayout
 
 POISONED = 3
@@ -41,7 +41,8 @@ def test_rejections_reach_rejections_json_metrics_and_mlflow(tmp_path, poisoned)
 
     params, layout = _params(), RunLayout(tmp_path / "run")
     stages.partition(params, layout)
-    stages.coldstart(params, layout, progress=False)
+    with pytest.warns(RepeatedRejections, match=r"fedavg seed 10: .*: device 3 \(6\)\. Either faulty, or honest"):
+        stages.coldstart(params, layout, progress=False)
     report = stages.evaluate(params, layout)
     files = layout.coldstart_run("fedavg", 10)
     assert json.loads(files.rejections.read_text()) == {"uploads": 30, "rejected": 6, "rejected_by_device": [0, 0, 0, 6, 0]}

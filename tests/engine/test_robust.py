@@ -57,7 +57,7 @@ import numpy as np  # noqa: E402
 import clusterfed.engine.engine as engine_module  # noqa: E402
 from clusterfed.algorithms import FedAvg  # noqa: E402
 from clusterfed.engine import Engine, TrainingConfig  # noqa: E402
-from clusterfed.engine.robust import RobustRule, TooManyRejected, check_rejections  # noqa: E402
+from clusterfed.engine.robust import RepeatedRejections, RobustRule, TooManyRejected, check_rejections  # noqa: E402
 from clusterfed.scenarios import build_scenario  # noqa: E402
 
 
@@ -97,7 +97,8 @@ def test_fisher_of_a_device_with_nan_data_is_left_out(digits):
 
 
 def test_too_many_rejections_fail_naming_the_devices():
-    check_rejections([0, 3, 0, 1], uploads=40, max_share=0.1, what="fedavg seed 10")  # 10%: fine
+    with pytest.warns(RepeatedRejections, match=r"^fedavg seed 10: uploads rejected 3 times or more: device 1 \(3\)\. "):
+        check_rejections([0, 3, 0, 1], uploads=40, max_share=0.1, what="fedavg seed 10")  # 10%: fine
     with pytest.raises(TooManyRejected, match=r"fedavg seed 10: 9 of 40 uploads rejected \(22.5% > training.max_rejected_share 10%\): device 1 \(8\), device 3 \(1\)"):
         check_rejections([0, 8, 0, 1], uploads=40, max_share=0.1, what="fedavg seed 10")
 
@@ -157,3 +158,13 @@ def test_the_screening_defaults_have_one_home():
     assert (training.outlier_factor, training.clip_norm, training.max_rejected_share) == (10.0, None, 0.5)
     assert (OUTLIER_FACTOR, CLIP_NORM, MAX_REJECTED_SHARE) == (10.0, None, 0.5)
     assert (RobustRule().k, RobustRule().clip_norm) == (OUTLIER_FACTOR, CLIP_NORM)
+
+
+def test_a_device_rejected_again_and_again_is_named_in_a_warning(recwarn):
+    check_rejections([2, 0, 1, 2], uploads=40, max_share=0.5, what="fedclust seed 10")  # twice at most: silent
+    assert not recwarn.list
+    with pytest.warns(RepeatedRejections) as caught:
+        check_rejections([0] * 65 + [13] + [3, 0], uploads=2000, max_share=0.5, what="fedclust seed 10")
+    assert str(caught[0].message).startswith(
+        "fedclust seed 10: uploads rejected 3 times or more: device 65 (13), device 66 (3). Either faulty, or "
+        "honest and locked out")

@@ -18,6 +18,7 @@ updates may optionally be clipped to ‖Δ‖ ≤ ``clip_norm``. Pure functions 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +29,7 @@ from clusterfed.engine.stacked import StackedParams
 OUTLIER_FACTOR = 10.0  # k
 CLIP_NORM = None  # no clipping
 MAX_REJECTED_SHARE = 0.5  # a cold-start, continual or FedCRef run fails above this share of rejected uploads
+REPEATED = 3  # a device rejected this often in one run is named in a RepeatedRejections warning
 
 
 @dataclass(frozen=True)
@@ -147,11 +149,19 @@ class TooManyRejected(RuntimeError):
     """A run whose share of rejected uploads passed ``max_share``; names the devices."""
 
 
+class RepeatedRejections(UserWarning):
+    """Some devices were rejected ``REPEATED`` times or more in one run: faulty devices, or
+    honest ones locked out. An honest device alone in a cluster formed late makes
+    updates 10x those of converged clusters; judged against them it is rejected each
+    round, so its cluster's model never trains and never shrinks its updates."""
+
+
 def check_rejections(
     rejected_by_device: list[int], uploads: int, max_share: float, *, what: str, unit: str = "device"
 ) -> None:
     """Raise :class:`TooManyRejected` when more than ``max_share`` of ``uploads`` were
-    rejected, naming the devices (FedCRef: ``unit="client"``) rejected and how often (most first)."""
+    rejected, naming the devices (FedCRef: ``unit="client"``) rejected and how often (most first);
+    else warn (:class:`RepeatedRejections`) naming those rejected ``REPEATED`` times or more."""
     total = int(sum(rejected_by_device))
     if uploads and total / uploads > max_share:
         worst = sorted(((n, d) for d, n in enumerate(rejected_by_device) if n), reverse=True)
@@ -159,4 +169,14 @@ def check_rejections(
         raise TooManyRejected(
             f"{what}: {total} of {uploads} uploads rejected ({100 * total / uploads:.1f}% > "
             f"training.max_rejected_share {100 * max_share:g}%): {named}"
+        )
+    repeated = sorted(((n, d) for d, n in enumerate(rejected_by_device) if n >= REPEATED), reverse=True)
+    if repeated:
+        named = ", ".join(f"{unit} {d} ({n})" for n, d in repeated)
+        warnings.warn(
+            f"{what}: uploads rejected {REPEATED} times or more: {named}. Either faulty, or honest and "
+            f"locked out: each update judged an outlier against the round's other updates (e.g. alone in a "
+            f"cluster formed late), so its model never trains. If none is faulty, raise "
+            f"training.outlier_factor or set it to null.",
+            RepeatedRejections, stacklevel=2,
         )
