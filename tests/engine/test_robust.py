@@ -155,8 +155,8 @@ def test_the_screening_defaults_have_one_home():
     from clusterfed.engine.robust import CLIP_NORM, MAX_REJECTED_SHARE, OUTLIER_FACTOR
 
     training = parse_params({}).training
-    assert (training.outlier_factor, training.clip_norm, training.max_rejected_share) == (10.0, None, 0.5)
-    assert (OUTLIER_FACTOR, CLIP_NORM, MAX_REJECTED_SHARE) == (10.0, None, 0.5)
+    assert (training.outlier_factor, training.clip_norm, training.max_rejected_share) == (30.0, None, 0.5)
+    assert (OUTLIER_FACTOR, CLIP_NORM, MAX_REJECTED_SHARE) == (30.0, None, 0.5)
     assert (RobustRule().k, RobustRule().clip_norm) == (OUTLIER_FACTOR, CLIP_NORM)
 
 
