@@ -170,19 +170,21 @@ def check_rejections(
     else warn (:class:`RepeatedRejections`) naming those rejected ``REPEATED`` times or more."""
     total = int(sum(rejected_by_device))
     if uploads and total / uploads > max_share:
-        worst = sorted(((n, d) for d, n in enumerate(rejected_by_device) if n), reverse=True)
-        named = ", ".join(f"{unit} {d} ({n})" for n, d in worst)
         raise TooManyRejected(
             f"{what}: {total} of {uploads} uploads rejected ({100 * total / uploads:.1f}% > "
-            f"training.max_rejected_share {100 * max_share:g}%): {named}"
+            f"training.max_rejected_share {100 * max_share:g}%): {_most_rejected(rejected_by_device, 1, unit)}"
         )
-    repeated = sorted(((n, d) for d, n in enumerate(rejected_by_device) if n >= REPEATED), reverse=True)
-    if repeated:
-        named = ", ".join(f"{unit} {d} ({n})" for n, d in repeated)
+    if repeated := _most_rejected(rejected_by_device, REPEATED, unit):
         warnings.warn(
-            f"{what}: uploads rejected {REPEATED} times or more: {named}. Either faulty, or honest and "
+            f"{what}: uploads rejected {REPEATED} times or more: {repeated}. Either faulty, or honest and "
             f"locked out: each update judged an outlier against the round's other updates (e.g. alone in a "
             f"cluster formed late), so its model never trains. If none is faulty, raise "
             f"training.outlier_factor or set it to null.",
             RepeatedRejections, stacklevel=2,
         )
+
+
+def _most_rejected(rejected_by_device: list[int], at_least: int, unit: str) -> str:
+    """``"device 3 (5), device 0 (2)"``: devices rejected ``at_least`` times or more, most first."""
+    worst = sorted(((n, d) for d, n in enumerate(rejected_by_device) if n >= at_least), reverse=True)
+    return ", ".join(f"{unit} {d} ({n})" for n, d in worst)
