@@ -53,6 +53,17 @@ def test_each_cluster_merges_at_most_once_per_call():
     assert sorted(sorted(k.devices) for k in out.clusters) == [[0, 1], [2]]
 
 
+def test_merge_without_inheritance_leaves_the_merged_cluster_unlisted_and_without_supporters():
+    """The authors' code: C' = C1 ∪ C2 starts with no supporter, and a cluster that
+    listed C1 and C2 lists neither nor C' until a test finds C' supportive."""
+    c = _clustering({0: {1, 2}, 1: {0, 2}, 2: set(), 3: {0, 1}})
+    out = cluster_merge(c, np.random.default_rng(0), inherit=False)
+    assert [sorted(k.devices) for k in out.clusters] == [[0, 1], [2], [3]]
+    assert [set(k.sup) for k in out.clusters] == [set(), set(), set()]
+    kept = cluster_merge(_clustering({0: {1}, 1: {0}, 2: {0}}), np.random.default_rng(0), inherit=False)
+    assert kept.clusters[1].sup == set()  # 2 listed only C1: dropped under both readings
+
+
 @pytest.fixture(scope="module")
 def s2_engine(digits):
     fed = build_scenario(digits, "S2", group_sizes=[3, 3], seed=10)
@@ -70,6 +81,26 @@ def test_support_on_trained_models_follows_the_concepts(s2_engine):
         assert c.sup == same  # same-concept models support, shifted-label ones never
 
 
+def test_accumulated_support_keeps_a_supporter_the_test_no_longer_finds(s2_engine):
+    """``accumulate``: a test only adds supporters (the authors' ``add_supportive``).
+    Each device's cluster is given the first shifted-label cluster as a supporter,
+    which the test never finds (previous test): recomputed drops it, accumulated keeps
+    it beside the same-concept supporters the test finds."""
+    fed, engine = s2_engine
+    clustering = cluster_initialization(engine, torch.Generator().manual_seed(0), init_epochs=40)
+    planted = {c.id: min(e for e in range(fed.n_devices) if fed.groups[e] != fed.groups[min(c.devices)])
+               for c in clustering.clusters}
+    clustering = Clustering(
+        tuple(Cluster(c.id, c.devices, frozenset({planted[c.id]})) for c in clustering.clusters), clustering.params
+    )
+    for accumulate in (False, True):
+        out = cluster_support(engine, clustering, alpha=0.1, epsilon=0.5, accumulate=accumulate)
+        for c in out.clusters:
+            (d,) = c.devices
+            same = {e for e in range(fed.n_devices) if e != d and fed.groups[e] == fed.groups[d]}
+            assert c.sup == (same | {planted[c.id]} if accumulate else same)
+
+
 def test_support_is_restricted_to_partitions(s2_engine):
     _, engine = s2_engine
     clustering = cluster_initialization(engine, torch.Generator().manual_seed(0), init_epochs=40)
@@ -80,7 +111,7 @@ def test_support_is_restricted_to_partitions(s2_engine):
         assert all(partition[s] == partition[d] for s in c.sup)
 
 
-def _support_before_issue_17(engine, clustering, *, alpha, epsilon, partition_of_device=None):
+def _support_before_issue_17(engine, clustering, *, alpha, epsilon, partition_of_device=None, accumulate=False):
     """Alg. 2 as it was computed before issue 17: every model on every device, one
     Python-assembled test per (C1, C2, d); returns each cluster's support set."""
     from clusterfed.stats import significant, support_pvalues
@@ -233,6 +264,27 @@ def test_hierarchical_faacl_finds_the_flat_clusters_and_every_level_compares(dig
     assert partitions["flat"] == partitions["hierarchical"]
 
 
+def test_fixed_levels_run_exactly_rounds_per_level_rounds_the_last_included(digits, monkeypatch):
+    """``level_end="fixed"`` (the authors' ``repeat``): 12 devices give levels of 6, 3, 2
+    and 1 partitions, each exactly 2 clustering rounds; ``merge_less`` ends a level
+    early on a round that merges nothing and runs the last until stable."""
+    fed = build_scenario(digits, "S2", group_sizes=[6, 6], seed=10)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    after = _record_merges(monkeypatch)
+    for level_end, rounds in (("fixed", 8), ("merge_less", None)):
+        after.clear()
+        result = FAACL(alpha=0.1, epsilon=0.5, init_epochs=40, rounds=1, variant="hierarchical",
+                       rounds_per_level=2, level_end=level_end, support_sets="accumulated").fit(engine, seed=10)
+        assert sum(r["phase"] == "clustering" for r in result.history) == len(after)
+        if rounds is not None:
+            assert len(after) == rounds
+        else:
+            assert after[-1][0] == after[-2][0]  # the last level ended on a round that merged nothing
+        assert adjusted_rand_score(fed.groups, result.model_of_device) == 1.0
+    with pytest.raises(ValueError, match="FAACL.support_sets"):
+        FAACL(support_sets="sticky")
+
+
 def test_supporter_weight_is_a_declared_parameter_that_reaches_alg4(digits):
     from clusterfed.config import parse_params
     from clusterfed.build import build_federation
@@ -258,8 +310,8 @@ def _record_merges(monkeypatch) -> list[tuple]:
 
     merge, after = faacl.cluster_merge, []
 
-    def recording_merge(clustering, rng):
-        out = merge(clustering, rng)
+    def recording_merge(clustering, rng, **kw):
+        out = merge(clustering, rng, **kw)
         after.append((out.partition(), {(c.id, s) for c in out.clusters for s in c.sup}))
         return out
 

@@ -49,6 +49,7 @@ def cluster_support(
     alpha: float,
     epsilon: float,
     partition_of_device: np.ndarray | None = None,
+    accumulate: bool = False,
 ) -> Clustering:
     """Alg. 2: C2 ∈ C1.sup iff every device of C1 finds C2's model no worse than C1's,
     by the one-sided Wilcoxon test on its validation losses (ε tolerance, level α).
@@ -58,8 +59,10 @@ def cluster_support(
     devices only, one engine call per partition holding two clusters or more (memory
     bounded by ``Engine.losses``). Every (C1, C2, d) test is then gathered from those
     losses by indexing and all p-values come from one ``support_pvalues`` call.
-    Support sets are recomputed from scratch each call, so they always name current
-    clusters.
+    Support sets are recomputed from scratch each call (the box), so they always name
+    current clusters; ``accumulate`` adds the supporters found to those C1 already
+    lists instead (the authors' code: a test only ever adds a supporter, which C1 keeps
+    until it merges).
     """
     clusters = clustering.clusters
     m = len(clusters)
@@ -91,19 +94,24 @@ def cluster_support(
         np.logical_or.at(failed, (np.concatenate(c1), np.concatenate(c2)), ~significant(p, alpha))
     supported = compared & ~failed
     new = tuple(
-        Cluster(id=c.id, devices=c.devices, sup=frozenset(clusters[j].id for j in np.flatnonzero(supported[i])))
+        Cluster(
+            id=c.id, devices=c.devices,
+            sup=frozenset(clusters[j].id for j in np.flatnonzero(supported[i])) | (c.sup if accumulate else frozenset()),
+        )
         for i, c in enumerate(clusters)
     )
     return Clustering(clusters=new, params=clustering.params)
 
 
-def cluster_merge(clustering: Clustering, rng: np.random.Generator) -> Clustering:
+def cluster_merge(clustering: Clustering, rng: np.random.Generator, *, inherit: bool = True) -> Clustering:
     """Alg. 3: merge each pair of mutually supportive clusters (one merge per cluster
     per call, in cluster order): C'.D = C1.D ∪ C2.D, C'.sup = C1.sup ∩ C2.sup and
     C'.θ = the model of C1 or C2 at random — never their average (§3.2.2).
 
     A cluster that listed both C1 and C2 as supporters lists C' instead; one that
-    listed only one of them drops it until the next support test.
+    listed only one of them drops it until the next support test. ``inherit=False``
+    (the authors' code): C' starts with no supporter and every other cluster drops C1
+    and C2, so C' is only ever listed after a test of it.
     """
     clusters = list(clustering.clusters)
     position = {c.id: i for i, c in enumerate(clusters)}
@@ -121,7 +129,8 @@ def cluster_merge(clustering: Clustering, rng: np.random.Generator) -> Clusterin
                 continue
             if c1.id in c2.sup:
                 keep = (c1, c2)[int(rng.integers(2))]
-                new = Cluster(id=next_id, devices=c1.devices | c2.devices, sup=c1.sup & c2.sup)
+                sup = c1.sup & c2.sup if inherit else frozenset()
+                new = Cluster(id=next_id, devices=c1.devices | c2.devices, sup=sup)
                 merged[c1.id] = (new, position[keep.id])
                 replaced[frozenset({c1.id, c2.id})] = next_id
                 old |= {c1.id, c2.id}
@@ -139,6 +148,8 @@ def cluster_merge(clustering: Clustering, rng: np.random.Generator) -> Clusterin
             out.append(c)
             rows.append(i)
     partner = {a: (b, new) for pair, new in replaced.items() for a, b in (tuple(pair), tuple(pair)[::-1])}
+    if not inherit:  # nobody lists C': the remap below then only drops C1 and C2
+        partner = {}
     out = [Cluster(c.id, c.devices, _remap_sup(c.sup, partner, old)) for c in out]
     return Clustering(clusters=tuple(out), params=take(clustering.params, rows))
 
@@ -292,6 +303,14 @@ class FAACL(ColdStart[FAACLState]):
               "merged nothing; support = after a round that changed neither the partition nor any support set "
               "(Alg. 5's C = C*, supports included); no_one_way = after a round that merged nothing and left no "
               "one-way support edge (at most max_rounds)", kind=str, choices=("partition", "support", "no_one_way")),
+        Param("level_end", "merge_less", "when an H-FAACL level ends: merge_less = after rounds_per_level rounds or "
+              "a round that merged nothing, the last level by the stable rule; fixed = every level, the last "
+              "included, runs exactly rounds_per_level rounds (the authors' code)", kind=str,
+              choices=("merge_less", "fixed")),
+        Param("support_sets", "recomputed", "recomputed = each support test starts afresh and a merged cluster "
+              "inherits C1.sup ∩ C2.sup (the box); accumulated = a test only adds supporters, kept until they "
+              "merge, and a merged cluster starts with none (the authors' code)", kind=str,
+              choices=("recomputed", "accumulated")),
     )
     alpha: float
     epsilon: float
@@ -302,6 +321,8 @@ class FAACL(ColdStart[FAACLState]):
     partition_order: str
     supporter_weight: float
     stable: str
+    level_end: str
+    support_sets: str
 
     def expected_rounds(self, n_devices: int) -> int:
         levels = int(np.ceil(np.log2(max(n_devices, 2))))
@@ -337,11 +358,12 @@ class FAACL(ColdStart[FAACLState]):
         n = state.rounds_in_phase + 1
         if state.phase == "training":
             return replace(state, rounds_in_phase=n, phase="done" if n >= self.rounds else "training")
+        accumulated = self.support_sets == "accumulated"
         clustering = cluster_support(
             engine, state.clustering, alpha=self.alpha, epsilon=self.epsilon,
-            partition_of_device=state.partition_of_device,
+            partition_of_device=state.partition_of_device, accumulate=accumulated,
         )
-        clustering = cluster_merge(clustering, ctx.rng)
+        clustering = cluster_merge(clustering, ctx.rng, inherit=not accumulated)
         state = replace(state, clustering=clustering, rounds_in_phase=n)
         stable = clustering.partition() == state.before  # this round merged nothing
         if self.stable == "support":  # ... nor changed who supports whom (ids persist when nothing merged)
@@ -352,9 +374,11 @@ class FAACL(ColdStart[FAACLState]):
             if stable or n >= self.max_rounds:
                 return self._training(state)
             return state
+        fixed = self.level_end == "fixed"
         if len(np.unique(state.partition_of_device)) == 1:  # the last level: Alg. 5's loop
-            return self._training(state) if stable or n >= self.max_rounds else state
-        if not stable and n < self.rounds_per_level:
+            done = n >= self.rounds_per_level if fixed else stable or n >= self.max_rounds
+            return self._training(state) if done else state
+        if n < self.rounds_per_level and (fixed or not stable):
             return state
         partition = pair_partitions(state.partition_of_device, self.partition_order, ctx.rng)
         return replace(state, rounds_in_phase=0, partition_of_device=partition)
