@@ -279,6 +279,15 @@ class FAACL(ColdStart[FAACLState]):
     one-way edge is left (§3.2.3: such an edge is C catching up with C'), at most
     ``max_rounds`` rounds, which an asymmetric federation whose one-way edges persist
     will use up.
+
+    The authors' code (github.com/FAACL/FAACL, ``test-FAACL.py``) runs Alg. 6 another
+    way, reachable as options: ``partition_order="authors"`` (partition k with P−1−k),
+    ``rounds_per_level=3`` with ``level_end="fixed"`` (its ``repeat``: every level, the
+    last included, runs exactly that many rounds, none until stable) and
+    ``support_sets="accumulated"`` (its ``add_supportive`` never removes a supporter;
+    a merged cluster is a new object with none). One difference is kept: its merge loop
+    lets a cluster merge with several partners in one call, which makes clusters that
+    share devices; here a clustering stays a partition (one merge per cluster a call).
     """
 
     name = "faacl"
