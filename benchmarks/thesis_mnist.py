@@ -237,6 +237,8 @@ def run(args) -> None:
                     "accuracy_mean": float(acc.mean()),
                     "accuracy_device": [round(float(a), 4) for a in acc],
                     "n_clusters": int(res.n_clusters),
+                    "clusters_listed": len(res.clusters),
+                    "accuracy_memberships": membership_accuracy(eng, res, fed),
                     "ari": float(adjusted_rand_score(fed.groups, res.model_of_device)),
                     "model_of_device": res.model_of_device.tolist(),
                     "wall_s": wall,
@@ -264,6 +266,24 @@ def run(args) -> None:
                     f"{row['clustering_rounds']}, rejected {row['rejected_updates']})",
                     flush=True,
                 )
+
+
+def membership_accuracy(eng: Engine, res, fed) -> float:
+    """The authors' figure when clusters overlap: every cluster's model on each of its
+    devices' test data, averaged over all those (cluster, device) test samples, so a
+    device listed by k clusters counts k times (their ``Partition.test``); equal to the
+    accuracy over all test samples for a partition."""
+    from clusterfed.algorithms import Clustering
+
+    rows, devices = Clustering(res.clusters, res.params, overlapping=True).memberships()
+    correct = tested = 0.0
+    for row in np.unique(rows):
+        acc = eng.accuracy(res.params, np.full(fed.n_devices, row))
+        members = devices[rows == row]
+        n_test = np.array([len(fed.devices[d].y_test) for d in members])
+        correct += float((acc[members] * n_test).sum())
+        tested += float(n_test.sum())
+    return correct / tested
 
 
 _N_TEST: dict[tuple, list[int]] = {}

@@ -11,6 +11,7 @@ from clusterfed.algorithms import (
     Clustering,
     cluster_initialization,
     cluster_merge,
+    cluster_merge_overlapping,
     cluster_support,
     cluster_train,
 )
@@ -62,6 +63,26 @@ def test_merge_without_inheritance_leaves_the_merged_cluster_unlisted_and_withou
     assert [set(k.sup) for k in out.clusters] == [set(), set(), set()]
     kept = cluster_merge(_clustering({0: {1}, 1: {0}, 2: {0}}), np.random.default_rng(0), inherit=False)
     assert kept.clusters[1].sup == set()  # 2 listed only C1: dropped under both readings
+
+
+def test_overlapping_merge_unites_every_mutual_pair_with_the_first_model():
+    """The authors' merge loop: cluster 0 merges with both of its mutual partners in one
+    call, so C' = {0, 1} and {0, 2} share device 0; each takes cluster 0's model and no
+    supporter, and cluster 3 drops the merged ids it listed. A second call unites the two."""
+    c = _clustering({0: {1, 2}, 1: {0, 2}, 2: {0, 1}, 3: {0, 2}})
+    out = cluster_merge_overlapping(c)
+    assert out.overlapping
+    assert [(k.id, sorted(k.devices), set(k.sup)) for k in out.clusters] == [
+        (4, [0, 1], set()), (5, [0, 2], set()), (3, [3], set())]
+    assert out.params["w"].flatten().tolist() == [0.0, 0.0, 3.0]
+    rows, devices = out.memberships()
+    assert list(zip(rows.tolist(), devices.tolist())) == [(0, 0), (1, 0), (0, 1), (1, 2), (2, 3)]
+    assert out.model_of_device(4).tolist() == [0, 0, 1, 2]  # a shared device: its first cluster
+    mutual = Clustering(tuple(Cluster(k.id, k.devices, frozenset({4, 5} - {k.id}) if k.id != 3 else frozenset())
+                              for k in out.clusters), out.params, overlapping=True)
+    again = cluster_merge_overlapping(mutual)
+    assert [sorted(k.devices) for k in again.clusters] == [[0, 1, 2], [3]]
+    assert cluster_merge_overlapping(_clustering({0: {1}, 1: set()})).overlapping is False  # nothing merged
 
 
 @pytest.fixture(scope="module")
@@ -136,14 +157,21 @@ def _support_before_issue_17(engine, clustering, *, alpha, epsilon, partition_of
     ]
 
 
+@pytest.mark.parametrize("overlapping", [False, True])
 @pytest.mark.parametrize("partition", [None, [0, 1, 0, 1, 0, 1, 1, 0, 0, 1], [0, 0, 0, 0, 1, 1, 1, 1, 1, 1]])
-def test_support_by_partition_equals_the_full_evaluation(digits, partition):
+def test_support_by_partition_equals_the_full_evaluation(digits, partition, overlapping):
     fed = build_scenario(digits, "S2", group_sizes=[5, 5], seed=55)
     engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
     gen = torch.Generator().manual_seed(0)
     clustering = cluster_initialization(engine, gen, init_epochs=10)
-    # clusters of several devices: merge two pairs, then test again
-    clustering = cluster_merge(cluster_support(engine, clustering, alpha=0.1, epsilon=0.5), np.random.default_rng(0))
+    # clusters of several devices: merge two pairs (or, overlapping, every mutual pair), then test again
+    supported = cluster_support(engine, clustering, alpha=0.1, epsilon=0.5)
+    if overlapping:
+        clustering = cluster_merge_overlapping(supported)
+        _, devices = clustering.memberships()
+        assert len(devices) > len(set(devices.tolist()))  # some device is in two clusters
+    else:
+        clustering = cluster_merge(supported, np.random.default_rng(0))
     part = None if partition is None else np.asarray(partition)
     edges = 0
     for eps in (0.05, 0.5, 2.0):
@@ -283,6 +311,36 @@ def test_fixed_levels_run_exactly_rounds_per_level_rounds_the_last_included(digi
         assert adjusted_rand_score(fed.groups, result.model_of_device) == 1.0
     with pytest.raises(ValueError, match="FAACL.support_sets"):
         FAACL(support_sets="sticky")
+
+
+def test_overlapping_merge_takes_k_minus_1_rounds_to_unite_k_mutual_clusters(digits, monkeypatch):
+    """``merge="overlapping"`` (the authors' loop), flat, on two groups of 6 devices whose
+    singletons all support each other: each round the first cluster of a group merges
+    with every other, so the group's k clusters become k − 1 overlapping ones, and
+    uniting it takes 5 rounds where one merge per cluster (the default) takes 3. A level
+    of exactly 3 rounds (the authors' ``repeat``) leaves such a group in several clusters."""
+    import clusterfed.algorithms.faacl as faacl
+
+    fed = build_scenario(digits, "S2", group_sizes=[6, 6], seed=10)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    merge, listed = faacl.cluster_merge_overlapping, []
+
+    def recording(clustering):
+        out = merge(clustering)
+        listed.append([sorted(c.devices) for c in out.clusters])
+        return out
+
+    monkeypatch.setattr(faacl, "cluster_merge_overlapping", recording)
+    result = FAACL(alpha=0.1, epsilon=0.5, init_epochs=40, rounds=1, merge="overlapping").fit(engine, seed=10)
+    assert [len(x) for x in listed] == [10, 8, 6, 4, 2, 2]
+    assert listed[0] == [[0, d] for d in range(1, 6)] + [[6, d] for d in range(7, 12)]
+    assert listed[-1] == [list(range(6)), list(range(6, 12))]
+    assert adjusted_rand_score(fed.groups, result.model_of_device) == 1.0
+    after = _record_merges(monkeypatch)
+    FAACL(alpha=0.1, epsilon=0.5, init_epochs=40, rounds=1).fit(engine, seed=10)
+    assert [len(p) for p, _ in after] == [6, 4, 2, 2]
+    with pytest.raises(ValueError, match="FAACL.merge"):
+        FAACL(merge="union")
 
 
 def test_supporter_weight_is_a_declared_parameter_that_reaches_alg4(digits):

@@ -24,12 +24,18 @@ class Clustering:
     """A clustering 𝒞: clusters whose device sets cover the federation without overlap.
 
     ``params`` holds the cluster models stacked in the order of ``clusters``.
+    ``overlapping``: clusters may share devices (FAACL's ``merge="authors"``, the merge
+    of the authors' code); a device is then served by the first cluster that lists it,
+    and ``memberships`` gives every (cluster, device) pair.
     """
 
     clusters: tuple[Cluster, ...]
     params: StackedParams
+    overlapping: bool = False
 
     def __post_init__(self) -> None:
+        if self.overlapping:
+            return
         seen: set[int] = set()
         for c in self.clusters:
             if seen & c.devices:
@@ -47,13 +53,21 @@ class Clustering:
         return max(self.ids, default=-1) + 1
 
     def model_of_device(self, n_devices: int) -> np.ndarray:
-        """Row of ``params`` serving each device (the cluster whose D holds it)."""
+        """Row of ``params`` serving each device (the cluster whose D holds it; the
+        first such cluster when clusters overlap)."""
         out = np.full(n_devices, -1, dtype=np.int64)
-        for i, c in enumerate(self.clusters):
-            out[sorted(c.devices)] = i
+        for i in reversed(range(len(self.clusters))):
+            out[sorted(self.clusters[i].devices)] = i
         if (out < 0).any():
             raise ValueError(f"devices {np.flatnonzero(out < 0).tolist()} are in no cluster")
         return out
+
+    def memberships(self) -> tuple[np.ndarray, np.ndarray]:
+        """(row, device) of every device in every cluster, by device then row: one pair
+        per device for a partition, several for a device that overlapping clusters share."""
+        pairs = sorted((d, i) for i, c in enumerate(self.clusters) for d in c.devices)
+        devices, rows = (np.asarray(v, dtype=np.int64).reshape(-1) for v in zip(*pairs)) if pairs else ([], [])
+        return np.asarray(rows, dtype=np.int64), np.asarray(devices, dtype=np.int64)
 
     def partition(self) -> frozenset[frozenset[int]]:
         """The device partition alone, for convergence checks."""

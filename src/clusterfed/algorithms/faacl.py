@@ -53,6 +53,7 @@ def cluster_support(
 ) -> Clustering:
     """Alg. 2: C2 ∈ C1.sup iff every device of C1 finds C2's model no worse than C1's,
     by the one-sided Wilcoxon test on its validation losses (ε tolerance, level α).
+    A device that overlapping clusters share is tested once for each of them.
 
     Only clusters of the same partition are compared (H-FAACL's ``partition_of_device``;
     flat: one partition), so each partition's models are evaluated on that partition's
@@ -66,24 +67,23 @@ def cluster_support(
     """
     clusters = clustering.clusters
     m = len(clusters)
-    n = engine.n_devices
     counts = engine.counts("val")
-    cluster_of_device = np.full(n, -1, dtype=np.int64)
-    for i, c in enumerate(clusters):
-        cluster_of_device[list(c.devices)] = i
+    member_row, member_device = clustering.memberships()  # one per device unless clusters overlap
     partition = np.asarray(_partition_of_cluster(clusters, partition_of_device))
     own, other, sizes, c1, c2 = [], [], [], [], []
     for part in np.unique(partition):
         rows = np.flatnonzero(partition == part)  # the partition's clusters (rows of params)
         if len(rows) < 2:
             continue
-        devices = np.flatnonzero(np.isin(cluster_of_device, rows))
+        inside = np.isin(member_row, rows)
+        devices = np.unique(member_device[inside])
         losses = engine.losses(take(clustering.params, rows), "val", devices=devices).cpu().numpy()
-        own_row = np.searchsorted(rows, cluster_of_device[devices])  # [n_p] local row of d's cluster
-        k, j = np.nonzero(np.arange(len(rows))[None, :] != own_row[:, None])  # device k tests model j
-        own.append(losses[own_row[k], k])
-        other.append(losses[j, k])
-        sizes.append(counts[devices[k]])
+        own_row = np.searchsorted(rows, member_row[inside])  # local row of each membership's cluster
+        column = np.searchsorted(devices, member_device[inside])  # its device's column of losses
+        k, j = np.nonzero(np.arange(len(rows))[None, :] != own_row[:, None])  # membership k tests model j
+        own.append(losses[own_row[k], column[k]])
+        other.append(losses[j, column[k]])
+        sizes.append(counts[devices[column[k]]])
         c1.append(rows[own_row[k]])
         c2.append(rows[j])
     compared = partition[:, None] == partition[None, :]
@@ -100,7 +100,7 @@ def cluster_support(
         )
         for i, c in enumerate(clusters)
     )
-    return Clustering(clusters=new, params=clustering.params)
+    return replace(clustering, clusters=new)
 
 
 def cluster_merge(clustering: Clustering, rng: np.random.Generator, *, inherit: bool = True) -> Clustering:
@@ -147,11 +147,46 @@ def cluster_merge(clustering: Clustering, rng: np.random.Generator, *, inherit: 
         elif c.id not in old:
             out.append(c)
             rows.append(i)
-    partner = {a: (b, new) for pair, new in replaced.items() for a, b in (tuple(pair), tuple(pair)[::-1])}
-    if not inherit:  # nobody lists C': the remap below then only drops C1 and C2
-        partner = {}
+    # without inheritance nobody lists C': the remap then only drops C1 and C2
+    partner = (
+        {a: (b, new) for pair, new in replaced.items() for a, b in (tuple(pair), tuple(pair)[::-1])} if inherit else {}
+    )
     out = [Cluster(c.id, c.devices, _remap_sup(c.sup, partner, old)) for c in out]
     return Clustering(clusters=tuple(out), params=take(clustering.params, rows))
+
+
+def cluster_merge_overlapping(clustering: Clustering) -> Clustering:
+    """Alg. 3 as the authors' code runs it (github.com/FAACL/FAACL, ``test-FAACL.py``,
+    ``Partition.merge``): each cluster C1, in cluster order, merges with *every*
+    mutually supportive C2 not merged yet in this call, so C1 ∪ C2 and C1 ∪ C3 can both
+    be made and share C1's devices. Each C' takes C1's model and starts with no
+    supporter; the parents leave every support set. The result may overlap
+    (``Clustering.overlapping``); later merges of clusters that share devices unite them.
+    """
+    clusters = clustering.clusters
+    merged: set[int] = set()
+    made: dict[int, list[Cluster]] = {}  # row of C1 -> the C' made from it, in order
+    next_id = clustering.next_id()
+    for i, c1 in enumerate(clusters):
+        if c1.id in merged:
+            continue
+        for c2 in clusters:
+            if c2.id == c1.id or c2.id in merged or c2.id not in c1.sup or c1.id not in c2.sup:
+                continue
+            made.setdefault(i, []).append(Cluster(id=next_id, devices=c1.devices | c2.devices))
+            merged |= {c1.id, c2.id}
+            next_id += 1
+    if not made:
+        return clustering
+    out, rows = [], []
+    for i, c in enumerate(clusters):
+        if c.id not in merged:
+            out.append(Cluster(c.id, c.devices, c.sup - merged))
+            rows.append(i)
+        for new in made.get(i, []):
+            out.append(new)
+            rows.append(i)
+    return Clustering(clusters=tuple(out), params=take(clustering.params, rows), overlapping=True)
 
 
 def cluster_train(
@@ -285,9 +320,11 @@ class FAACL(ColdStart[FAACLState]):
     ``rounds_per_level=3`` with ``level_end="fixed"`` (its ``repeat``: every level, the
     last included, runs exactly that many rounds, none until stable) and
     ``support_sets="accumulated"`` (its ``add_supportive`` never removes a supporter;
-    a merged cluster is a new object with none). One difference is kept: its merge loop
-    lets a cluster merge with several partners in one call, which makes clusters that
-    share devices; here a clustering stays a partition (one merge per cluster a call).
+    a merged cluster is a new object with none) and ``merge="overlapping"`` (its merge
+    loop lets a cluster merge with several partners in one call, which makes clusters
+    that share devices: ``cluster_merge_overlapping``; a shared device is served by its
+    first cluster, and each of its clusters trains on it and tests its model on it).
+    Their loop also tests and merges before it trains; here every round trains first.
     """
 
     name = "faacl"
@@ -320,6 +357,10 @@ class FAACL(ColdStart[FAACLState]):
               "inherits C1.sup ∩ C2.sup (the box); accumulated = a test only adds supporters, kept until they "
               "merge, and a merged cluster starts with none (the authors' code)", kind=str,
               choices=("recomputed", "accumulated")),
+        Param("merge", "partition", "partition = Alg. 3 with one merge per cluster a round, clusters stay disjoint "
+              "and C' keeps a parent's model at random; overlapping = a cluster merges with every mutually "
+              "supportive cluster in one round, so clusters can share devices, and C' keeps the first parent's "
+              "model and no supporter (the authors' code)", kind=str, choices=("partition", "overlapping")),
     )
     alpha: float
     epsilon: float
@@ -332,6 +373,7 @@ class FAACL(ColdStart[FAACLState]):
     stable: str
     level_end: str
     support_sets: str
+    merge: str
 
     def expected_rounds(self, n_devices: int) -> int:
         levels = int(np.ceil(np.log2(max(n_devices, 2))))
@@ -372,7 +414,10 @@ class FAACL(ColdStart[FAACLState]):
             engine, state.clustering, alpha=self.alpha, epsilon=self.epsilon,
             partition_of_device=state.partition_of_device, accumulate=accumulated,
         )
-        clustering = cluster_merge(clustering, ctx.rng, inherit=not accumulated)
+        if self.merge == "overlapping":
+            clustering = cluster_merge_overlapping(clustering)
+        else:
+            clustering = cluster_merge(clustering, ctx.rng, inherit=not accumulated)
         state = replace(state, clustering=clustering, rounds_in_phase=n)
         stable = clustering.partition() == state.before  # this round merged nothing
         if self.stable == "support":  # ... nor changed who supports whom (ids persist when nothing merged)
