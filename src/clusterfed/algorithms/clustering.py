@@ -24,8 +24,8 @@ class Clustering:
     """A clustering 𝒞: clusters whose device sets cover the federation without overlap.
 
     ``params`` holds the cluster models stacked in the order of ``clusters``.
-    ``overlapping``: clusters may share devices (FAACL's ``merge="authors"``, the merge
-    of the authors' code); a device is then served by the first cluster that lists it,
+    ``overlapping``: clusters may share devices (FAACL's ``merge="overlapping"``, the
+    merge of the authors' code); a device is then served by the first cluster that lists it,
     and ``memberships`` gives every (cluster, device) pair.
     """
 
@@ -66,8 +66,9 @@ class Clustering:
         """(row, device) of every device in every cluster, by device then row: one pair
         per device for a partition, several for a device that overlapping clusters share."""
         pairs = sorted((d, i) for i, c in enumerate(self.clusters) for d in c.devices)
-        devices, rows = (np.asarray(v, dtype=np.int64).reshape(-1) for v in zip(*pairs)) if pairs else ([], [])
-        return np.asarray(rows, dtype=np.int64), np.asarray(devices, dtype=np.int64)
+        rows = np.array([i for _, i in pairs], dtype=np.int64)
+        devices = np.array([d for d, _ in pairs], dtype=np.int64)
+        return rows, devices
 
     def partition(self) -> frozenset[frozenset[int]]:
         """The device partition alone, for convergence checks."""
