@@ -11,7 +11,9 @@ import torch
 from torch.nn import functional as F
 
 from clusterfed.engine import Engine, TrainingConfig
-from clusterfed.engine.local_sgd import PerFedAvgStep, PFedMeStep, QuadraticPenalty, epoch_orders, local_sgd
+from clusterfed.engine.local_sgd import (
+    PerFedAvgStep, PFedMeStep, QuadraticPenalty, epoch_orders, local_sgd, pair_order,
+)
 from clusterfed.engine.robust import update_norms
 from clusterfed.engine.stacked import take
 import clusterfed.engine.local_sgd as local_sgd_module
@@ -159,6 +161,37 @@ def test_penalty_per_model_equals_the_per_pair_reference(setup, model_of_pair):
         torch.testing.assert_close(batched[k], ref[k], rtol=1e-4, atol=1e-5)
         assert torch.equal(batched[k], copied[k])
         assert torch.equal(batched[k], via_engine[k])
+
+
+def test_pair_order_groups_by_model_only_where_a_model_has_several_pairs():
+    counts = torch.tensor([5, 9, 7])
+    assert pair_order(None, counts).tolist() == [1, 2, 0]
+    assert pair_order(torch.tensor([0, 1, 2]), counts).tolist() == [1, 2, 0]  # one pair a model: by size
+    assert pair_order(torch.tensor([0, 1, 0]), counts).tolist() == [2, 0, 1]  # model 0's block first
+    assert pair_order(torch.tensor([2, 0, 1]), torch.tensor([9, 7, 5])) is None
+
+
+def test_one_pair_per_model_with_a_scalar_weight_per_row_equals_the_reference(setup):
+    """FedSoft's shape: every pair its own model row, pulled by a_k (one scalar a row,
+    ``[P, 1, …]``) to its own centre; pairs given smallest first, so ``pair_order``
+    reorders them by size. Same floats as a full-size weight, and the reference's models."""
+    engine, start, _ = setup
+    devices = torch.arange(5, -1, -1)
+    assert pair_order(torch.arange(6), engine.data.train.counts[devices]) is not None
+    centre = take(engine.init_params(2, torch.Generator().manual_seed(5), distinct=True), [0, 1, 0, 1, 0, 1])
+    a = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    scalar = QuadraticPenalty({k: a.view(-1, *[1] * (v.dim() - 1)) for k, v in start.items()}, centre)
+    full = QuadraticPenalty({k: w.expand_as(start[k]).clone() for k, w in scalar.weight.items()}, centre)
+    kwargs = dict(epochs=EPOCHS, lr=LR, l2=L2, batch_size=BATCH)
+    batched = local_sgd(engine.model, start, engine.data.train, devices, generator=torch.Generator().manual_seed(7),
+                        penalty=scalar, model_of_pair=torch.arange(6), **kwargs)
+    copied = local_sgd(engine.model, start, engine.data.train, devices, generator=torch.Generator().manual_seed(7),
+                       penalty=full, **kwargs)
+    ref = reference(engine.model, start, engine.data.train, devices, penalty=full,
+                    generator=torch.Generator().manual_seed(7))
+    for k in batched:
+        assert torch.equal(batched[k], copied[k])
+        torch.testing.assert_close(batched[k], ref[k], rtol=1e-4, atol=1e-5)
 
 
 def test_mlp_step_in_chunks_equals_one_chunk(setup, monkeypatch):

@@ -56,7 +56,9 @@ def aggregation_weights(u: np.ndarray, n_k: np.ndarray) -> np.ndarray:
 
 def soft_penalty(centres: StackedParams, u: np.ndarray, mu: float) -> QuadraticPenalty:
     """μ/2 Σ_s u_ks ‖w − c_s‖² for every client k (one row each) as one quadratic
-    ½ a_k ‖w − m_k‖² with a_k = μ Σ_s u_ks and m_k = Σ_s u_ks c_s / Σ_s u_ks."""
+    ½ a_k ‖w − m_k‖² with a_k = μ Σ_s u_ks and m_k = Σ_s u_ks c_s / Σ_s u_ks; a_k is
+    kept as one scalar per row (shape ``[n, 1, …]``): the pull multiplies by it every
+    step, and a full-size copy doubled what that step reads."""
     u_t = {k: torch.as_tensor(u, dtype=v.dtype, device=v.device) for k, v in centres.items()}
     weight, center = {}, {}
     for k, c in centres.items():
@@ -64,7 +66,7 @@ def soft_penalty(centres: StackedParams, u: np.ndarray, mu: float) -> QuadraticP
         total = uk.sum(1).clamp(min=1e-12)
         shape = (-1, *[1] * (c.dim() - 1))
         center[k] = torch.einsum("ns,s...->n...", uk, c) / total.view(shape)
-        weight[k] = (mu * total).view(shape).expand_as(center[k]).clone()
+        weight[k] = (mu * total).view(shape)  # one scalar a row, broadcast by the step
     return QuadraticPenalty(weight=weight, center=center)
 
 

@@ -75,9 +75,14 @@ def padded(order: torch.Tensor, steps: list[Minibatch]) -> torch.Tensor:
 
 
 def pair_order(model_of_pair: torch.Tensor | None, counts: torch.Tensor) -> torch.Tensor | None:
-    """Pairs by model (when given), then by decreasing sample count; None when they
-    already are in that order. Kernels train pairs in this order, in chunks: a chunk
-    holds devices of similar size and stops when its largest is done."""
+    """Pairs by model (when given and some model has several pairs, so that its row
+    broadcasts over a block: ``_Pull``), then by decreasing sample count; None when
+    they already are in that order. Kernels train pairs in this order, in chunks: a
+    chunk holds devices of similar size and stops when its largest is done, so one
+    pair per model (FedSoft, Ditto) goes by sample count alone: ordered by model, the
+    authors' power-law A2 devices took twice the steps."""
+    if model_of_pair is not None and len(torch.unique(model_of_pair)) == len(model_of_pair):
+        model_of_pair = None
     key = (-counts).tolist() if model_of_pair is None else list(zip(model_of_pair.tolist(), (-counts).tolist()))
     perm = sorted(range(len(key)), key=key.__getitem__)  # stable
     if perm == list(range(len(key))):
