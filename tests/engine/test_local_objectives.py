@@ -12,7 +12,7 @@ from torch.nn import functional as F
 
 from clusterfed.engine import Engine, TrainingConfig
 from clusterfed.engine.local_sgd import (
-    PerFedAvgStep, PFedMeStep, QuadraticPenalty, epoch_orders, local_sgd, pair_order,
+    PerFedAvgStep, PFedMeStep, QuadraticPenalty, epoch_orders, local_sgd, minibatches, pair_order,
 )
 from clusterfed.engine.robust import update_norms
 from clusterfed.engine.stacked import take
@@ -169,6 +169,15 @@ def test_pair_order_groups_by_model_only_where_a_model_has_several_pairs():
     assert pair_order(torch.tensor([0, 1, 2]), counts).tolist() == [1, 2, 0]  # one pair a model: by size
     assert pair_order(torch.tensor([0, 1, 0]), counts).tolist() == [2, 0, 1]  # model 0's block first
     assert pair_order(torch.tensor([2, 0, 1]), torch.tensor([9, 7, 5])) is None
+
+
+def test_a_step_takes_only_the_pairs_still_training_when_they_lead():
+    """Pairs by decreasing size: once some run out, a step takes the first ``rows`` (at
+    least two); pairs not in that order keep every row, masked."""
+    assert [b.rows for b in minibatches(torch.tensor([30, 20, 5, 5]), 10)] == [4, 2, 2]
+    assert [b.rows for b in minibatches(torch.tensor([25, 5, 5]), 10)] == [3, 2, 2]
+    assert [b.rows for b in minibatches(torch.tensor([5, 30, 30]), 10)] == [3, 3, 3]
+    assert [b.rows for b in minibatches(torch.tensor([25]), 10)] == [1, 1, 1]
 
 
 def test_one_pair_per_model_with_a_scalar_weight_per_row_equals_the_reference(setup):
