@@ -15,6 +15,7 @@ jobs=()
 for seed in 55 2077; do for m in cfl ifca_k4 fedavg nofed ifca_k3 ifca_k5 pfedme; do jobs+=("$m $seed"); done; done
 for seed in 10 55 2077; do jobs+=("perfedavg $seed" "pfedme_paper $seed"); done
 for seed in 55 2077; do for m in flhc_d0.5 flhc_d0.75 flhc_d1.0; do jobs+=("$m $seed"); done; done
+if [ -n "${ONLY:-}" ]; then IFS=, read -ra jobs <<< "$ONLY"; fi  # e.g. ONLY="perfedavg 10,perfedavg 55"
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv -l 20 > "$OUT/smi.csv" 2>&1 &
 mkdir -p "$OUT/logs"
 printf '%s\n' "${jobs[@]}" | timeout "$LIMIT" xargs -P "$JOBS" -L 1 sh -c \

@@ -163,6 +163,34 @@ def test_penalty_per_model_equals_the_per_pair_reference(setup, model_of_pair):
         assert torch.equal(batched[k], via_engine[k])
 
 
+def test_autograd_steps_train_pairs_in_chunks_within_the_activation_budget(digits, monkeypatch):
+    """The CNN's autograd step takes every pair at once while their activations fit
+    ``AUTOGRAD_BUDGET_BYTES`` and one pair a chunk under a budget of one byte, with the
+    same models within float tolerance (Per-FedAvg's full-batch step needed this)."""
+    fed = build_scenario(digits, "A2", group_sizes=[3, 3], seed=3)
+    engine = Engine(fed, model="cnn", hidden=32, training=TrainingConfig(lr=LR, l2=L2), device="cpu")
+    start = take(engine.init_params(2, torch.Generator().manual_seed(0), distinct=True), [0, 1, 0, 1, 0, 1])
+    chunks, real = [], local_sgd_module._train_chunk
+
+    def counted(step_fn, params, *args, **kwargs):
+        chunks.append(len(params["output.bias"]))
+        real(step_fn, params, *args, **kwargs)
+
+    monkeypatch.setattr(local_sgd_module, "_train_chunk", counted)
+
+    def train():
+        return local_sgd(engine.model, start, engine.data.train, torch.arange(6), epochs=1, lr=LR, l2=L2,
+                         batch_size=64, generator=torch.Generator().manual_seed(7))
+
+    whole = train()
+    assert chunks == [6]
+    monkeypatch.setattr(local_sgd_module, "AUTOGRAD_BUDGET_BYTES", 1)
+    chunked = train()
+    assert chunks == [6, 1, 1, 1, 1, 1, 1]
+    for k in whole:
+        torch.testing.assert_close(chunked[k], whole[k], rtol=1e-5, atol=1e-6)
+
+
 def test_pair_order_groups_by_model_only_where_a_model_has_several_pairs():
     counts = torch.tensor([5, 9, 7])
     assert pair_order(None, counts).tolist() == [1, 2, 0]

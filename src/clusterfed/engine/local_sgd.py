@@ -19,12 +19,18 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from clusterfed.engine.evaluation import activation_floats
 from clusterfed.engine.robust import finite_norms, row_squared_norms
 from clusterfed.engine.stacked import StackedParams, stacked_forward
 from clusterfed.engine.tensors import PaddedSplit
 from clusterfed.models import is_regularized
 
 CHUNK_FLOATS = 2**20  # parameters of the pairs trained together (4 MiB: several MNIST MLPs)
+# Activations of the pairs one autograd step trains together: their leaf-module outputs,
+# counted three times (the functional ReLU / pooling outputs kept for the backward, and
+# the gradients). Per-FedAvg's full-batch personalisation of 100 FLACC CNNs at once
+# took 46 GB on a GPU without it.
+AUTOGRAD_BUDGET_BYTES = 2 * 2**30
 
 
 def epoch_orders(counts: torch.Tensor, max_n: int, generator: torch.Generator) -> torch.Tensor:
@@ -221,8 +227,9 @@ def local_sgd(
     parameters, each chunk through all its epochs before the next: a chunk's models
     stay in cache across steps (with all 100 MNIST MLPs at once, each step streamed
     40 MB of weights). Autograd steps (the CNN: compute-bound convolutions, fastest as
-    one grouped convolution over all pairs, ``benchmarks/cnn_step.py``) take all pairs
-    at once. Pairs are ordered by model, then by decreasing sample count, so a chunk
+    one grouped convolution over all pairs, ``benchmarks/cnn_step.py``) take as many
+    pairs at once as ``AUTOGRAD_BUDGET_BYTES`` of activations allow: all of them at
+    usual batch sizes, fewer for full-batch steps. Pairs are ordered by model, then by decreasing sample count, so a chunk
     holds devices of similar size and stops when its largest is done.
     Sample orders are drawn in the caller's pair order, so neither the order nor the
     chunking changes any pair's trajectory.
@@ -232,8 +239,9 @@ def local_sgd(
     two cores): a batch-10 step is too small for two threads to split one GEMM (one
     thread was faster than two, ``benchmarks/RESULTS.md`` §11), while chunks are
     independent (disjoint rows, no random draws), so every pair's result is the same
-    bit for bit as chunk after chunk on one thread. Autograd steps stay one chunk; on a
-    GPU the chunks run one after another.
+    bit for bit as chunk after chunk on one thread. Autograd chunks run one after
+    another with every intra-op thread (two at once would hold twice the activation
+    budget); on a GPU every chunk does.
     """
     counts_given = data.counts[device_of_pair]
     orders = []  # every epoch's sample orders, drawn up front in the given pair order
@@ -257,7 +265,11 @@ def local_sgd(
             autograd_sgd_step(model, p, xb, yb, w, lr=lr, l2=l2)
 
     per_pair = sum(v[0].numel() for v in source.values())
-    size = max(1, CHUNK_FLOATS // per_pair) if analytic else max(1, n_pairs)
+    if analytic:
+        size = max(1, CHUNK_FLOATS // per_pair)
+    else:
+        per_pair_bytes = 3 * 4 * batch_size * activation_floats(model, tuple(data.x.shape[2:]))
+        size = max(1, min(n_pairs, AUTOGRAD_BUDGET_BYTES // per_pair_bytes))
     if buffer is None:
         out = {k: v.new_empty((n_pairs, *v.shape[1:])) for k, v in source.items()}
     else:
@@ -295,7 +307,7 @@ def local_sgd(
     starts = range(0, n_pairs, size)
     threads = torch.get_num_threads()
     workers = min(threads if workers is None else workers, len(starts))
-    if data.x.device.type != "cpu":  # threads split CPU cores; one GPU stream gains nothing
+    if data.x.device.type != "cpu" or not analytic:  # one GPU stream gains nothing from threads
         workers = 1
     if workers <= 1:
         for start in starts:
