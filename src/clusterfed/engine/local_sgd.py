@@ -229,8 +229,9 @@ def local_sgd(
     40 MB of weights). Autograd steps (the CNN: compute-bound convolutions, fastest as
     one grouped convolution over all pairs, ``benchmarks/cnn_step.py``) take as many
     pairs at once as ``AUTOGRAD_BUDGET_BYTES`` of activations allow: all of them at
-    usual batch sizes, fewer for full-batch steps. Pairs are ordered by model, then by decreasing sample count, so a chunk
-    holds devices of similar size and stops when its largest is done.
+    usual batch sizes, fewer for full-batch steps. Pairs are ordered as ``pair_order``
+    says (by model where a model has several pairs, then by decreasing sample count),
+    so a chunk holds devices of similar size and stops when its largest is done.
     Sample orders are drawn in the caller's pair order, so neither the order nor the
     chunking changes any pair's trajectory.
 
