@@ -2,10 +2,13 @@
 real digits data."""
 
 import numpy as np
+import pytest
 import torch
 from sklearn.metrics import adjusted_rand_score
 
 from clusterfed.algorithms.fesem import FeSEM, e_step, seed_centres
+from clusterfed.algorithms.grouped import flat
+from clusterfed.algorithms.protocol import Context
 from clusterfed.engine import Engine, TrainingConfig
 from clusterfed.scenarios import build_scenario
 
@@ -71,3 +74,46 @@ def test_random_initial_centres_take_every_client_into_one_cluster_on_digits(dig
         assert result.n_clusters == 1 and len(set(result.model_of_device.tolist())) == 1
     seeded = FeSEM(K=3, rounds=10).fit(Engine(fed, training=TrainingConfig(lr=0.05), device="cpu"), seed=2)
     assert adjusted_rand_score(fed.groups, seeded.model_of_device) == 1.0
+
+
+def test_received_assignment_needs_random_centres():
+    with pytest.raises(ValueError, match="assignment 'received' needs centres 'random'"):
+        FeSEM(assignment="received")
+    FeSEM(assignment="received", centres="random")  # the FlexCFL reading
+
+
+def test_received_assignment_joins_the_centre_nearest_the_last_received_model(digits):
+    """FlexCFL's FeSEM: before its first round every client holds the shared θ, so all
+    first participants join the one centre nearest θ; after training, a client that
+    took part holds that centre's model as it was sent, and the next sample is assigned
+    by distance from what each client holds, before training (digits, S2)."""
+    fed = build_scenario(digits, "S2", group_sizes=[4, 4, 4], seed=1)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    algo = FeSEM(K=3, rounds=2, centres="random", assignment="received", participation=0.5)
+    ctx = Context(np.random.default_rng(0), torch.Generator().manual_seed(4))
+    state = algo.init(engine, ctx)
+    theta = flat(engine.init_params(1, torch.Generator().manual_seed(4), distinct=False))
+    assert torch.equal(state.received, theta.expand(12, -1))
+    first = np.array([0, 2, 5, 7, 8, 11])
+    nearest = int(torch.cdist(theta.double(), flat(state.centres).double()).argmin())
+    state, plan = algo.configure_round(engine, state, first, ctx)
+    assert plan.models.tolist() == [nearest] * 6 and plan.devices.tolist() == first.tolist()
+    sent = flat(state.centres)[nearest]
+    assert all(torch.equal(state.received[d], sent) for d in first)
+    assert all(torch.equal(state.received[d], theta[0]) for d in (1, 3, 4, 6, 9, 10))
+    trained = engine.local_models(plan.params, plan.models, plan.devices, ctx.generator).params
+    state = algo.aggregate(engine, state, plan, trained, ctx)
+    assert torch.equal(state.received[2], sent) and torch.equal(state.received[1], theta[0])  # kept
+    assert not torch.equal(flat(state.centres)[nearest], sent)  # the M-step moved the centre
+    held = state.received[[1, 2, 3]]  # two that still hold θ, one that holds the sent centre
+    expected = torch.cdist(held.double(), flat(state.centres).double()).argmin(1).tolist()
+    _, plan = algo.configure_round(engine, state, np.array([1, 2, 3]), ctx)
+    assert plan.models.tolist() == expected
+
+
+def test_received_assignment_runs_end_to_end_with_a_sample_each_round(digits):
+    fed = build_scenario(digits, "S2", group_sizes=[4, 4, 4], seed=1)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    result = FeSEM(K=3, rounds=6, centres="random", assignment="received", participation=0.5).fit(engine, seed=2)
+    assert len(result.history) == 6 and np.isfinite(result.device_accuracy).all()
+    assert 1 <= result.n_clusters <= 3

@@ -7,6 +7,13 @@ centre to the average of the local models assigned to it.
 
 Pure steps: ``e_step`` (eq. 8) and ``seed_centres`` (the initial centres).
 
+Two readings of when a client is assigned (``assignment``): the paper's E-step on the
+local models each round trains (``"local"``), and the one of the FlexCFL code base that
+the thesis' baseline runs call (``flearn/trainer/fesem.py``, ``schedule_clients``):
+each sampled client joins, *before* training, the centre nearest the model it last
+received — the shared initial θ until it is first sampled — and trains that centre
+(``"received"``; the centres start as K random models, as there).
+
 References
 ----------
 G. Long, M. Xie, T. Shen, T. Zhou, X. Wang and J. Jiang, "Multi-center federated
@@ -71,6 +78,7 @@ class FeSEMState:
     labels: np.ndarray  # centre of each client
     centres: StackedParams  # before the first round: the shared θ (one row)
     seeded: bool = False
+    received: torch.Tensor | None = None  # assignment "received": each client's last received model, flat [n, p]
 
 
 @register
@@ -88,6 +96,13 @@ class FeSEM(ColdStart[FeSEMState]):
     round not taken part in (``protocol``'s rejected-upload rule): the seeding and the
     E-step run over the accepted uploads only and the client keeps its centre.
 
+    ``assignment="received"`` (FlexCFL's FeSEM, which the thesis' Tables 3.3–3.6 ran)
+    starts from one shared θ held by every client and K random centres (drawn after θ
+    from the same generator), assigns each participant to the centre nearest the model
+    it last received (``e_step`` on those models) before it trains, and averages
+    (M-step); it keeps every client's last received model, n × |θ| floats. It needs
+    ``centres="random"``: nothing is trained before the first assignment to seed on.
+
     Attributes
     ----------
     labels_ : ndarray of shape (n_devices,)
@@ -100,14 +115,35 @@ class FeSEM(ColdStart[FeSEMState]):
               kind=int, gt=0),
         Param("centres", "kmeans++", "initial centres: k-means++ on the first local models, or K random models "
               "(the paper's Alg. 1)", kind=str, choices=("kmeans++", "random")),
+        Param("assignment", "local", "when a client is assigned: E-step on the local models it trained (the "
+              "paper), or before training by the model it last received (FlexCFL's code, the thesis' runs)",
+              kind=str, choices=("local", "received")),
     )
     K: int
     centres: str
+    assignment: str
+
+    def __init__(self, **values) -> None:
+        super().__init__(**values)
+        if self.assignment == "received" and self.centres != "random":
+            raise ValueError("fesem: assignment 'received' needs centres 'random' (nothing is trained before "
+                             f"the first assignment to seed k-means++ on), got centres {self.centres!r}")
 
     def init(self, engine: Engine, ctx: Context) -> FeSEMState:
-        return FeSEMState(np.zeros(engine.n_devices, dtype=np.int64), engine.init_params(1, ctx.generator, distinct=False))
+        theta = engine.init_params(1, ctx.generator, distinct=False)
+        labels = np.zeros(engine.n_devices, dtype=np.int64)
+        if self.assignment == "local":
+            return FeSEMState(labels, theta)
+        centres = engine.init_params(self.K, ctx.generator, distinct=True)
+        return FeSEMState(labels, centres, True, flat(theta).expand(engine.n_devices, -1).clone())
 
     def configure_round(self, engine, state, participants, ctx):
+        if state.received is not None:
+            assigned = e_step(state.received[participants], flat(state.centres))
+            labels, received = state.labels.copy(), state.received.clone()
+            labels[participants] = assigned
+            received[participants] = flat(state.centres)[assigned].to(received.dtype)
+            state = FeSEMState(labels, state.centres, True, received)
         plan = RoundPlan(state.centres, state.labels[participants], participants, upload="each",
                          **pair_traffic(state.centres, len(participants)))
         return state, plan
@@ -115,6 +151,9 @@ class FeSEM(ColdStart[FeSEMState]):
     def aggregate(self, engine, state, plan, trained, ctx):
         ok = is_finite(trained).cpu().numpy()
         centres = state.centres
+        if state.received is not None:  # assigned before training: the M-step only
+            return FeSEMState(state.labels, average(engine, trained, plan.models, plan.devices, ok, centres),
+                              True, state.received)
         finite = np.flatnonzero(ok)
         if not state.seeded:
             if len(finite) == 0:
