@@ -238,6 +238,8 @@ def run(args) -> None:
                     "accuracy_device": [round(float(a), 4) for a in acc],
                     "n_clusters": int(res.n_clusters),
                     "clusters_listed": len(res.clusters),
+                    # FedSoft serving local models serves n models: its clusters are the largest-u ones
+                    "importance_clusters": int(len(np.unique(algo.u_.argmax(1)))) if hasattr(algo, "u_") else None,
                     "accuracy_memberships": membership_accuracy(eng, res, fed),
                     "ari": float(adjusted_rand_score(fed.groups, res.model_of_device)),
                     "model_of_device": res.model_of_device.tolist(),

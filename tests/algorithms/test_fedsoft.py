@@ -8,6 +8,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from clusterfed.algorithms.base import model_bytes
 from clusterfed.algorithms.fedsoft import FedSoft, aggregation_weights, importance_weights, soft_penalty
+from clusterfed.algorithms.protocol import Context
 from clusterfed.engine import Engine, TrainingConfig
 from clusterfed.scenarios import build_scenario
 
@@ -61,3 +62,38 @@ def test_fedsoft_rejects_bad_parameters(digits):
     engine = Engine(build_scenario(digits, "S2", group_sizes=[1, 1], seed=0), device="cpu")
     with pytest.raises(ValueError, match="FedSoft.sigma: σ = 0.5 exceeds 1/S = 0.25"):
         FedSoft(S=4, sigma=0.5, rounds=1).fit(engine, seed=0)
+
+
+def test_serving_local_models_serves_each_device_its_last_trained_model(digits):
+    """``serve="local"``: after a round, device d is served exactly the local model w_d
+    it uploaded; a device that has not trained is served its largest-u cluster."""
+    fed = build_scenario(digits, "S2", group_sizes=[4, 4, 4], seed=1)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    algo = FedSoft(S=3, rounds=1, serve="local")
+    ctx = Context(np.random.default_rng(0), torch.Generator().manual_seed(2))
+    state = algo.init(engine, ctx)
+    before = algo.clustering(state)  # nobody trained: the cluster of the largest (uniform) u, cluster 0
+    assert len(before.clusters) == 12 and all(torch.equal(v[d], state.c[k][0]) for k, v in before.params.items() for d in range(12))
+    part = np.array([1, 4, 6, 9])
+    state, plan = algo.configure_round(engine, state, part, ctx)
+    trained = engine.local_models(plan.params, plan.models, plan.devices, ctx.generator, penalty=plan.penalty).params
+    state = algo.aggregate(engine, state, plan, trained, ctx)
+    served = algo.clustering(state).params
+    labels = state.u.argmax(1)
+    for k, v in served.items():
+        for i, d in enumerate(part):
+            assert torch.equal(v[d], trained[k][i])
+        for d in sorted(set(range(12)) - set(part.tolist())):
+            assert torch.equal(v[d], state.c[k][labels[d]])
+
+
+def test_serving_local_models_keeps_the_cluster_training(digits):
+    """The served models change, the training does not: the cluster models after a fit
+    are equal under both ``serve`` values."""
+    fed = build_scenario(digits, "S2", group_sizes=[4, 4, 4], seed=1)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    a, b = FedSoft(S=3, rounds=3), FedSoft(S=3, rounds=3, serve="local")
+    ra, rb = a.fit(engine, seed=2), b.fit(engine, seed=2)
+    np.testing.assert_array_equal(a.u_, b.u_)
+    assert ra.n_clusters == len(set(a.u_.argmax(1).tolist())) and rb.n_clusters == 12
+    assert rb.device_accuracy.mean() >= ra.device_accuracy.mean() - 0.05

@@ -8,6 +8,10 @@ c_s becomes the average of the local models weighted by v_sk ∝ u_ks n_k.
 Pure steps: ``importance_weights`` (eq. 4 with smoothing σ), ``aggregation_weights``
 (v_sk) and ``soft_penalty`` (the sum of proximal terms as one quadratic).
 
+FedSoft trains "both locally personalized models and high-quality cluster models"
+(abstract): ``serve`` picks which a device is evaluated and registered with — the
+cluster model of its largest u_ks, or its own local model w_k.
+
 References
 ----------
 Y. Ruan and C. Joe-Wong, "FedSoft: Soft Clustered Federated Learning with Proximal
@@ -24,11 +28,12 @@ import torch
 from clusterfed.algorithms.base import model_bytes
 from clusterfed.algorithms.clustering import Clustering
 from clusterfed.algorithms.grouped import labels_clustering
+from clusterfed.algorithms.personalized import per_device, replace_rows
 from clusterfed.algorithms.protocol import ColdStart, Context, RoundPlan
 from clusterfed.engine import Engine, StackedParams
 from clusterfed.engine.aggregation import weighted_average
 from clusterfed.engine.local_sgd import QuadraticPenalty
-from clusterfed.engine.stacked import is_finite
+from clusterfed.engine.stacked import is_finite, take
 from clusterfed.hyperparams import Param
 from clusterfed.registry import register
 
@@ -75,6 +80,8 @@ class FedSoftState:
     c: StackedParams  # the S cluster models
     u: np.ndarray  # importance weights [n, S]
     t: int = 0  # rounds done
+    w: StackedParams | None = None  # serve "local": each device's last local model (rows of untrained devices unused)
+    trained: np.ndarray | None = None  # serve "local": devices that have a local model
 
 
 @register
@@ -105,11 +112,14 @@ class FedSoft(ColdStart[FedSoftState]):
         Param("sigma", 0.0, "smallest importance weight (smoothing), at most 1/S", symbol="σ", kind=float, ge=0.0,
               le=1.0),
         Param("tau", 1, "rounds between importance estimations", symbol="τ", kind=int, gt=0),
+        Param("serve", "cluster", "model a device is served: the cluster of its largest importance weight, or "
+              "its own local model w_k (the paper's personalised models)", kind=str, choices=("cluster", "local")),
     )
     S: int
     mu: float
     sigma: float
     tau: int
+    serve: str
 
     def init(self, engine: Engine, ctx: Context) -> FedSoftState:
         if self.sigma > 1.0 / self.S:
@@ -143,10 +153,22 @@ class FedSoft(ColdStart[FedSoftState]):
             target = torch.as_tensor(pairs_s, dtype=torch.long, device=engine.device)
             weights = torch.as_tensor(v[pairs_s, pairs_k], dtype=torch.float32, device=engine.device)
             c = weighted_average({k: x.index_select(0, rows) for k, x in trained.items()}, target, weights, c)
-        return FedSoftState(c, state.u, state.t + 1)
+        w, has = state.w, state.trained
+        if self.serve == "local":
+            n = engine.n_devices
+            w = replace_rows(w if w is not None else take(state.c, [0] * n), M, trained, ok)
+            has = np.zeros(n, dtype=bool) if has is None else has.copy()
+            has[M[ok]] = True
+        return FedSoftState(c, state.u, state.t + 1, w, has)
 
     def clustering(self, state: FedSoftState) -> Clustering:
-        return labels_clustering(state.u.argmax(1), state.c)
+        labels = state.u.argmax(1)
+        if self.serve == "cluster":
+            return labels_clustering(labels, state.c)
+        served = take(state.c, labels.tolist())
+        if state.w is not None:
+            served = replace_rows(served, np.arange(len(labels)), state.w, state.trained)
+        return per_device(served)
 
     def fitted(self, engine, state):
         self.u_ = state.u
