@@ -27,8 +27,7 @@ import torch
 
 from clusterfed.algorithms.base import model_bytes
 from clusterfed.algorithms.clustering import Clustering
-from clusterfed.algorithms.grouped import labels_clustering
-from clusterfed.algorithms.personalized import per_device, replace_rows
+from clusterfed.algorithms.grouped import labels_clustering, per_device, replace_rows
 from clusterfed.algorithms.protocol import ColdStart, Context, RoundPlan
 from clusterfed.engine import Engine, StackedParams
 from clusterfed.engine.aggregation import weighted_average

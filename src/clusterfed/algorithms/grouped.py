@@ -31,6 +31,24 @@ def labels_clustering(labels: np.ndarray, params: StackedParams) -> Clustering:
     return Clustering(tuple(clusters[i] for i in used), take(params, used))
 
 
+def per_device(params: StackedParams) -> Clustering:
+    """Device d is its own cluster, served row d."""
+    n = next(iter(params.values())).shape[0]
+    return labels_clustering(np.arange(n), params)
+
+
+def replace_rows(params: StackedParams, rows: np.ndarray, new: StackedParams, ok: np.ndarray) -> StackedParams:
+    """``params`` with rows ``rows[ok]`` taken from ``new[ok]`` (a diverged row keeps its old value)."""
+    out = {k: v.clone() for k, v in params.items()}
+    keep = np.flatnonzero(ok)
+    if len(keep):
+        idx = torch.as_tensor(np.asarray(rows)[keep], device=next(iter(params.values())).device)
+        src = torch.as_tensor(keep, device=idx.device)
+        for k in out:
+            out[k][idx] = new[k].index_select(0, src)
+    return out
+
+
 def relabel(labels: np.ndarray) -> np.ndarray:
     """Labels renumbered 0..k−1 by first appearance (device 0 is in cluster 0)."""
     _, first, inverse = np.unique(np.asarray(labels), return_index=True, return_inverse=True)

@@ -26,31 +26,13 @@ from clusterfed.algorithms.base import model_bytes, pair_traffic
 from clusterfed.algorithms.clustering import Clustering
 from clusterfed.algorithms.fedclust import final_layer_keys
 from clusterfed.algorithms.fedprox import proximal_penalty
-from clusterfed.algorithms.grouped import labels_clustering
+from clusterfed.algorithms.grouped import per_device, replace_rows
 from clusterfed.engine import Engine, StackedParams
 from clusterfed.engine.local_sgd import PerFedAvgStep, PFedMeStep
 from clusterfed.algorithms.protocol import ColdStart, Context, RoundPlan
 from clusterfed.engine.stacked import is_finite, take
 from clusterfed.hyperparams import Param
 from clusterfed.registry import register
-
-
-def per_device(params: StackedParams) -> Clustering:
-    """Device d is its own cluster, served row d."""
-    n = next(iter(params.values())).shape[0]
-    return labels_clustering(np.arange(n), params)
-
-
-def replace_rows(params: StackedParams, rows: np.ndarray, new: StackedParams, ok: np.ndarray) -> StackedParams:
-    """``params`` with rows ``rows[ok]`` taken from ``new[ok]`` (a diverged row keeps its old value)."""
-    out = {k: v.clone() for k, v in params.items()}
-    keep = np.flatnonzero(ok)
-    if len(keep):
-        idx = torch.as_tensor(np.asarray(rows)[keep], device=next(iter(params.values())).device)
-        src = torch.as_tensor(keep, device=idx.device)
-        for k in out:
-            out[k][idx] = new[k].index_select(0, src)
-    return out
 
 
 def _finite(engine: Engine, params: StackedParams) -> np.ndarray:
