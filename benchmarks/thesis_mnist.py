@@ -240,6 +240,7 @@ def run(args) -> None:
                     "clusters_listed": len(res.clusters),
                     # FedSoft serving local models serves n models: its clusters are the largest-u ones
                     "importance_clusters": int(len(np.unique(algo.u_.argmax(1)))) if hasattr(algo, "u_") else None,
+                    "importance_ari": float(adjusted_rand_score(fed.groups, algo.u_.argmax(1))) if hasattr(algo, "u_") else None,
                     "accuracy_memberships": membership_accuracy(eng, res, fed),
                     "ari": float(adjusted_rand_score(fed.groups, res.model_of_device)),
                     "model_of_device": res.model_of_device.tolist(),
@@ -317,10 +318,16 @@ def weighted_accuracy(row: dict, root: str, devices=None) -> float:
     return float((acc * n).sum() / n.sum())
 
 
+def _clusters(row: dict) -> int:
+    """Clusters of a run: the largest-u ones for FedSoft serving local models (it
+    serves one model per device), the served models' otherwise."""
+    return row.get("importance_clusters") or row["n_clusters"]
+
+
 def _cell(rows: list[dict], key: str = "accuracy_mean") -> str:
     acc = np.array([r[key] for r in rows]) * 100
     se = acc.std(ddof=1) / np.sqrt(len(acc)) if len(acc) > 1 else float("nan")
-    k = [r["n_clusters"] for r in rows]
+    k = [_clusters(r) for r in rows]
     ks = str(k[0]) if len(set(k)) == 1 else "/".join(map(str, k))
     se_s = f"{se:.2f}" if np.isfinite(se) else "n/a"
     n = "" if len(rows) == 3 else f" (n={len(rows)})"
@@ -382,7 +389,7 @@ def summarize(args) -> None:
                 continue
             g = [np.mean([100 * (weighted_accuracy(r, args.root, np.asarray(r["groups"]) == int(k)) if args.weighted
                                  else r["accuracy_group"][k]) for r in got]) for k in ("0", "1")]
-            k = "/".join(str(r["n_clusters"]) for r in got)
+            k = "/".join(str(_clusters(r)) for r in got)
             edges = "/".join(f"{r['support_edges']} ({r['one_way_edges']})" for r in got)
             most = "/".join(str(max(r["history_one_way_edges"], default=0)) for r in got)
             print(f"| {sc} | {LABEL.get(a, a)} | {g[0]:.2f} | {g[1]:.2f} | {k} | {edges} | {most} |")
