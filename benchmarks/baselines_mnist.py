@@ -56,6 +56,10 @@ METHODS: dict[str, dict[str, tuple[str, dict, float]]] = {
         "flhc_d0.5": ("flhc", {"d": 0.5, "cluster_round": 10, "rounds": 89}, 95.21),
         "flhc_d0.75": ("flhc", {"d": 0.75, "cluster_round": 10, "rounds": 89}, 96.46),
         "flhc_d1.0": ("flhc", {"d": 1.0, "cluster_round": 10, "rounds": 89}, 85.96),
+        # the same d read as cosine distances between updates (scale-free), single / average linkage
+        **{f"flhc_cosine_{link}_d{d}": ("flhc", {"d": d, "linkage": link, "metric": "cosine", "cluster_round": 10,
+                                                 "rounds": 89}, paper)
+           for link in ("single", "average") for d, paper in ((0.5, 95.21), (0.75, 96.46), (1.0, 85.96))},
         "perfedavg": ("perfedavg", {"alpha": 0.01}, 95.55),
         "pfedme": ("pfedme", {"lam": 15.0, "K": 5, "personal_lr": 0.01}, 96.09),  # η = FLACC's lr 0.1: ηλ = 1.5
         "pfedme_paper": ("pfedme", {"lam": 15.0, "K": 5, "personal_lr": 0.1, "eta": 0.005}, 96.09),  # pFedMe §5
@@ -127,6 +131,10 @@ def run(args) -> None:
                     "wall_s": wall, "cpu_s": cpu, "rejected_updates": result.rejected_updates,
                     "history": result.history,
                 }
+                if getattr(algo, "updates_", None) is not None:  # FL+HC: re-read any d / linkage offline
+                    from scipy.spatial.distance import pdist
+
+                    record["update_distances"] = {m: pdist(algo.updates_, m).tolist() for m in ("euclidean", "cosine")}
                 if hasattr(algo, "splits_"):
                     record["splits"] = [list(s) for s in algo.splits_]
                     norms = algo.norms_

@@ -1,6 +1,7 @@
 """FL+HC's clustering of constructed updates and of real digits updates."""
 
 import numpy as np
+import pytest
 from sklearn.metrics import adjusted_rand_score
 
 from clusterfed.algorithms.flhc import FLHC, update_clusters
@@ -27,3 +28,20 @@ def test_flhc_recovers_the_three_s2_groups_on_digits(digits):
     assert phases == ["clustering"] * 11 + ["training"] * 9
     assert [h["n_clusters"] for h in result.history][9:12] == [1, 3, 3]
     assert result.history[-1]["accuracy"] > result.history[9]["accuracy"] + 0.3
+
+
+def test_cosine_distance_ignores_the_scale_of_an_update():
+    # rows 0 and 1 point the same way at norms 1 and 10: cosine distance 0, Euclidean 9
+    delta = np.array([[1.0, 0.0], [10.0, 0.0], [0.0, 1.0], [0.1, 2.0]])
+    assert update_clusters(delta, 0.1, "average", "cosine").tolist() == [0, 0, 1, 1]
+    assert update_clusters(delta, 0.1, "average").tolist() == [0, 1, 2, 3]
+    # the closest pair across the two directions (rows 1 and 3) is at cosine distance 0.9501
+    assert update_clusters(delta, 0.99, "single", "cosine").tolist() == [0, 0, 0, 0]
+    assert update_clusters(delta, 0.95, "single", "cosine").tolist() == [0, 0, 1, 1]
+
+
+def test_ward_with_cosine_is_refused_before_training():
+    with pytest.raises(ValueError, match="linkage 'ward' needs metric 'euclidean'"):
+        FLHC(metric="cosine", rounds=1)
+    with pytest.raises(ValueError, match="metric must be one of"):
+        update_clusters(np.zeros((2, 2)), 1.0, "average", "manhattan")

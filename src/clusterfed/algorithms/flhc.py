@@ -29,19 +29,29 @@ from clusterfed.hyperparams import Param
 from clusterfed.registry import register
 
 LINKAGES: tuple[str, ...] = ("ward", "single", "average", "complete")
+METRICS: tuple[str, ...] = ("euclidean", "cosine")
 
 
-def update_clusters(delta: np.ndarray, d: float, linkage: str = "ward") -> np.ndarray:
-    """§III-B: agglomerative clustering of the flattened updates ``[n, p]`` under
-    Euclidean distance, cut at distance threshold d. Labels by first appearance."""
+def update_clusters(delta: np.ndarray, d: float, linkage: str = "ward", metric: str = "euclidean") -> np.ndarray:
+    """§III-B: agglomerative clustering of the flattened updates ``[n, p]``, cut at
+    distance threshold d. Labels by first appearance.
+
+    ``metric`` is the distance between two updates: ``euclidean`` (scale-dependent:
+    d moves with lr, local steps and model) or ``cosine`` (1 − cos, in [0, 2] whatever
+    the scale). Ward's linkage is defined for Euclidean distances only.
+    """
     if linkage not in LINKAGES:
         raise ValueError(f"linkage must be one of {LINKAGES}, got {linkage!r}")
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
+    if linkage == "ward" and metric != "euclidean":
+        raise ValueError(f"linkage 'ward' needs metric 'euclidean', got {metric!r}")
     if not d >= 0.0:
         raise ValueError(f"distance threshold d must be ≥ 0, got {d}")
     delta = np.asarray(delta, dtype=np.float64)
     if len(delta) == 1:
         return np.zeros(1, dtype=np.int64)
-    z = hierarchy.linkage(delta, method=linkage, metric="euclidean")
+    z = hierarchy.linkage(delta, method=linkage, metric=metric)
     return relabel(hierarchy.fcluster(z, t=d, criterion="distance"))
 
 
@@ -71,17 +81,25 @@ class FLHC(ColdStart[FLHCState]):
     name = "flhc"
     hyperparameters = (
         Param("d", 1.0, "distance threshold of the hierarchical clustering of updates (FLACC Table I: 0.5, 0.75, "
-              "1.0); a Euclidean distance between flat updates, so it scales with lr, local steps and model",
+              "1.0); under metric euclidean it scales with lr, local steps and model",
               symbol="d", kind=float, ge=0.0),
         Param("linkage", "ward", "linkage of the clustering (the paper's best: Ward)", kind=str, choices=LINKAGES),
+        Param("metric", "euclidean", "distance between two updates: euclidean (the paper's with Ward) or cosine "
+              "(1 − cos, scale-free; needs a linkage other than ward)", kind=str, choices=METRICS),
         Param("cluster_round", 10, "FedAvg rounds before the clustering round", symbol="n", kind=int, ge=0),
         Param("cluster_epochs", None, "local epochs of the clustering round (null: the engine's)", kind=int, gt=0,
               optional=True),
     )
     d: float
     linkage: str
+    metric: str
     cluster_round: int
     cluster_epochs: int | None
+
+    def __init__(self, **values) -> None:
+        super().__init__(**values)
+        if self.linkage == "ward" and self.metric != "euclidean":
+            raise ValueError(f"flhc: linkage 'ward' needs metric 'euclidean', got metric {self.metric!r}")
 
     def init(self, engine: Engine, ctx: Context) -> FLHCState:
         labels = np.zeros(engine.n_devices, dtype=np.int64)
@@ -111,7 +129,7 @@ class FLHC(ColdStart[FLHCState]):
         delta, ok = updates(engine, plan.params, plan.models, trained)
         delta = delta.double().cpu().numpy()
         labels = np.full(engine.n_devices, -1, dtype=np.int64)  # plan: the accepted uploads only
-        labels[plan.devices[ok]] = update_clusters(delta[ok], self.d, self.linkage) if ok.any() else []
+        labels[plan.devices[ok]] = update_clusters(delta[ok], self.d, self.linkage, self.metric) if ok.any() else []
         alone = np.flatnonzero(labels < 0)  # rejected or diverged: a cluster of its own
         labels[alone] = labels.max() + 1 + np.arange(len(alone))
         labels = relabel(labels)
