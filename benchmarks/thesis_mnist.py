@@ -241,6 +241,10 @@ def run(args) -> None:
                     # FedSoft serving local models serves n models: its clusters are the largest-u ones
                     "importance_clusters": int(len(np.unique(algo.u_.argmax(1)))) if hasattr(algo, "u_") else None,
                     "importance_ari": float(adjusted_rand_score(fed.groups, algo.u_.argmax(1))) if hasattr(algo, "u_") else None,
+                    # FedSoft serving local models: the other reading, each device's largest-u cluster model
+                    "accuracy_device_cluster_served": (
+                        [round(float(a), 4) for a in eng.accuracy(algo.c_, algo.u_.argmax(1))]
+                        if hasattr(algo, "c_") else None),
                     "accuracy_memberships": membership_accuracy(eng, res, fed),
                     "ari": float(adjusted_rand_score(fed.groups, res.model_of_device)),
                     "model_of_device": res.model_of_device.tolist(),

@@ -95,5 +95,9 @@ def test_serving_local_models_keeps_the_cluster_training(digits):
     a, b = FedSoft(S=3, rounds=3), FedSoft(S=3, rounds=3, serve="local")
     ra, rb = a.fit(engine, seed=2), b.fit(engine, seed=2)
     np.testing.assert_array_equal(a.u_, b.u_)
+    for k in a.c_:
+        assert torch.equal(a.c_[k], b.c_[k])
+    # serving the clusters is serving each device the c_ row of its largest u
+    np.testing.assert_array_equal(engine.accuracy(b.c_, b.u_.argmax(1)), ra.device_accuracy)
     assert ra.n_clusters == len(set(a.u_.argmax(1).tolist())) and rb.n_clusters == 12
     assert rb.device_accuracy.mean() >= ra.device_accuracy.mean() - 0.05

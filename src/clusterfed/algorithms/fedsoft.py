@@ -101,6 +101,8 @@ class FedSoft(ColdStart[FedSoftState]):
     ----------
     u_ : ndarray of shape (n_devices, S)
         Last importance weights.
+    c_ : StackedParams
+        The S cluster models, whichever ``serve`` is.
     """
 
     name = "fedsoft"
@@ -170,4 +172,4 @@ class FedSoft(ColdStart[FedSoftState]):
         return per_device(served)
 
     def fitted(self, engine, state):
-        self.u_ = state.u
+        self.u_, self.c_ = state.u, state.c
