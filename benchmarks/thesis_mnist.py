@@ -241,6 +241,11 @@ def run(args) -> None:
                     # FedSoft serving local models serves n models: its clusters are the largest-u ones
                     "importance_clusters": int(len(np.unique(algo.u_.argmax(1)))) if hasattr(algo, "u_") else None,
                     "importance_ari": float(adjusted_rand_score(fed.groups, algo.u_.argmax(1))) if hasattr(algo, "u_") else None,
+                    # FeSEM serving each client the centre it was last sent serves n models: its groups are its labels
+                    "group_clusters": (int(len(np.unique(algo.labels_)))
+                                       if name == "fesem" and algo.serve == "received" else None),
+                    "group_ari": (float(adjusted_rand_score(fed.groups, algo.labels_))
+                                  if name == "fesem" and algo.serve == "received" else None),
                     # FedSoft serving local models: the other reading, each device's largest-u cluster model
                     "accuracy_device_cluster_served": (
                         [round(float(a), 4) for a in eng.accuracy(algo.c_, algo.u_.argmax(1))]
@@ -323,9 +328,10 @@ def weighted_accuracy(row: dict, root: str, devices=None) -> float:
 
 
 def _clusters(row: dict) -> int:
-    """Clusters of a run: the largest-u ones for FedSoft serving local models (it
-    serves one model per device), the served models' otherwise."""
-    return row.get("importance_clusters") or row["n_clusters"]
+    """Clusters of a run: the largest-u ones for FedSoft serving local models and the
+    centres' groups for FeSEM serving what each client was last sent (both serve one
+    model per device), the served models' otherwise."""
+    return row.get("importance_clusters") or row.get("group_clusters") or row["n_clusters"]
 
 
 def _cell(rows: list[dict], key: str = "accuracy_mean") -> str:

@@ -76,44 +76,86 @@ def test_random_initial_centres_take_every_client_into_one_cluster_on_digits(dig
     assert adjusted_rand_score(fed.groups, seeded.model_of_device) == 1.0
 
 
-def test_received_assignment_needs_random_centres():
-    with pytest.raises(ValueError, match="assignment 'received' needs centres 'random'"):
-        FeSEM(assignment="received")
-    FeSEM(assignment="received", centres="random")  # the FlexCFL reading
+def test_previous_assignment_needs_random_centres():
+    with pytest.raises(ValueError, match="assignment 'previous' needs centres 'random'"):
+        FeSEM(assignment="previous")
+    FeSEM(assignment="previous", centres="random")
 
 
-def test_received_assignment_joins_the_centre_nearest_the_last_received_model(digits):
+def _flexcfl(engine, **kw):
+    algo = FeSEM(K=3, rounds=2, centres="random", assignment="previous", participation=0.5, **kw)
+    ctx = Context(np.random.default_rng(0), torch.Generator().manual_seed(4))
+    return algo, ctx, algo.init(engine, ctx)
+
+
+def test_previous_assignment_joins_the_centre_nearest_the_last_trained_model(digits):
     """FlexCFL's FeSEM: before its first round every client holds the shared θ, so all
-    first participants join the one centre nearest θ; after training, a client that
-    took part holds that centre's model as it was sent, and the next sample is assigned
-    by distance from what each client holds, before training (digits, S2)."""
+    first participants join the one centre nearest θ; after training a participant
+    holds its own local model, and the next sample is assigned by distance from what
+    each client holds, before training (digits, S2)."""
     fed = build_scenario(digits, "S2", group_sizes=[4, 4, 4], seed=1)
     engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
-    algo = FeSEM(K=3, rounds=2, centres="random", assignment="received", participation=0.5)
-    ctx = Context(np.random.default_rng(0), torch.Generator().manual_seed(4))
-    state = algo.init(engine, ctx)
+    algo, ctx, state = _flexcfl(engine)
     theta = flat(engine.init_params(1, torch.Generator().manual_seed(4), distinct=False))
-    assert torch.equal(state.received, theta.expand(12, -1))
+    assert torch.equal(flat(state.held), theta.expand(12, -1))
     first = np.array([0, 2, 5, 7, 8, 11])
     nearest = int(torch.cdist(theta.double(), flat(state.centres).double()).argmin())
     state, plan = algo.configure_round(engine, state, first, ctx)
     assert plan.models.tolist() == [nearest] * 6 and plan.devices.tolist() == first.tolist()
-    sent = flat(state.centres)[nearest]
-    assert all(torch.equal(state.received[d], sent) for d in first)
-    assert all(torch.equal(state.received[d], theta[0]) for d in (1, 3, 4, 6, 9, 10))
     trained = engine.local_models(plan.params, plan.models, plan.devices, ctx.generator).params
     state = algo.aggregate(engine, state, plan, trained, ctx)
-    assert torch.equal(state.received[2], sent) and torch.equal(state.received[1], theta[0])  # kept
-    assert not torch.equal(flat(state.centres)[nearest], sent)  # the M-step moved the centre
-    held = state.received[[1, 2, 3]]  # two that still hold θ, one that holds the sent centre
-    expected = torch.cdist(held.double(), flat(state.centres).double()).argmin(1).tolist()
+    held = flat(state.held)
+    assert torch.equal(held[first], flat(trained))  # each participant holds its own local model
+    assert torch.equal(held[[1, 3, 4, 6, 9, 10]], theta.expand(6, -1))  # the others still hold θ
+    expected = torch.cdist(held[[1, 2, 3]].double(), flat(state.centres).double()).argmin(1).tolist()
     _, plan = algo.configure_round(engine, state, np.array([1, 2, 3]), ctx)
     assert plan.models.tolist() == expected
 
 
-def test_received_assignment_runs_end_to_end_with_a_sample_each_round(digits):
+def test_first_m_step_makes_each_joined_centre_one_participants_local_model(digits):
+    """FlexCFL's 'avg' aggregation keeps one update: a centre that participants joined
+    becomes exactly the local model of one of them; the others keep their model."""
     fed = build_scenario(digits, "S2", group_sizes=[4, 4, 4], seed=1)
     engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
-    result = FeSEM(K=3, rounds=6, centres="random", assignment="received", participation=0.5).fit(engine, seed=2)
+    algo, ctx, state = _flexcfl(engine, m_step="first")
+    state, plan = algo.configure_round(engine, state, np.arange(12), ctx)
+    trained = engine.local_models(plan.params, plan.models, plan.devices, ctx.generator).params
+    before, local = flat(state.centres), flat(trained)
+    after = flat(algo.aggregate(engine, state, plan, trained, ctx).centres)
+    for k in range(3):
+        members = np.flatnonzero(plan.models == k)
+        if len(members):
+            assert any(torch.equal(after[k], local[i]) for i in members)
+        else:
+            assert torch.equal(after[k], before[k])
+    averaged = flat(FeSEM(K=3, rounds=2, centres="random", assignment="previous").aggregate(
+        engine, state, plan, trained, ctx).centres)
+    k = int(plan.models[0])
+    assert not torch.equal(averaged[k], after[k])  # 12 participants: the average is none of them
+
+
+def test_received_serving_serves_each_client_the_centre_it_was_last_sent(digits):
+    fed = build_scenario(digits, "S2", group_sizes=[4, 4, 4], seed=1)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    algo, ctx, state = _flexcfl(engine, serve="received")
+    theta = flat(engine.init_params(1, torch.Generator().manual_seed(4), distinct=False))
+    part = np.array([0, 2, 5])
+    state, plan = algo.configure_round(engine, state, part, ctx)
+    sent = flat(state.centres)[plan.models]
+    trained = engine.local_models(plan.params, plan.models, plan.devices, ctx.generator).params
+    state = algo.aggregate(engine, state, plan, trained, ctx)
+    served = flat(algo.clustering(state).params)
+    assert served.shape[0] == 12
+    assert torch.equal(served[part], sent)  # what they were sent, not the centres' new models
+    assert not torch.equal(served[part], flat(state.centres)[plan.models])
+    assert torch.equal(served[1], theta[0])  # not yet sampled: the shared θ it holds
+
+
+def test_flexcfl_fesem_runs_end_to_end_with_a_sample_each_round(digits):
+    fed = build_scenario(digits, "S2", group_sizes=[4, 4, 4], seed=1)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    algo = FeSEM(K=3, rounds=6, centres="random", assignment="previous", m_step="first", serve="received",
+                 participation=0.5)
+    result = algo.fit(engine, seed=2)
     assert len(result.history) == 6 and np.isfinite(result.device_accuracy).all()
-    assert 1 <= result.n_clusters <= 3
+    assert result.n_clusters == 12 and 1 <= len(set(algo.labels_.tolist())) <= 3

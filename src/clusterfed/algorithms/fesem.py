@@ -7,12 +7,20 @@ centre to the average of the local models assigned to it.
 
 Pure steps: ``e_step`` (eq. 8) and ``seed_centres`` (the initial centres).
 
-Two readings of when a client is assigned (``assignment``): the paper's E-step on the
-local models each round trains (``"local"``), and the one of the FlexCFL code base that
-the thesis' baseline runs call (``flearn/trainer/fesem.py``, ``schedule_clients``):
-each sampled client joins, *before* training, the centre nearest the model it last
-received — the shared initial θ until it is first sampled — and trains that centre
-(``"received"``; the centres start as K random models, as there).
+The thesis' baseline runs call the FeSEM of the FlexCFL code base
+(``flearn/trainer/fesem.py`` over ``flearn/group.py``), which differs from the paper in
+three places, each an option here:
+
+- ``assignment="previous"``: each sampled client joins, *before* training, the centre
+  nearest the local model it trained the last time it took part (``client.local_soln``;
+  the shared initial θ until then), and trains that centre (the centres start as K
+  random models, as there);
+- ``m_step="first"``: FlexCFL's FeSEM aggregates with its ``avg`` strategy, which passes
+  a single weight (``[1.0 * len(nks)]``) to a weighted sum that zips it with the
+  updates, so only the first sampled client's update moves its group's model: the
+  centre becomes that one client's local model;
+- ``serve="received"``: a client is tested on the centre model it was last sent
+  (``latest_params``), not on its centre's current model.
 
 References
 ----------
@@ -29,7 +37,7 @@ import torch
 
 from clusterfed.algorithms.base import pair_traffic
 from clusterfed.algorithms.clustering import Clustering
-from clusterfed.algorithms.grouped import average, flat, labels_clustering
+from clusterfed.algorithms.grouped import average, flat, labels_clustering, per_device, replace_rows
 from clusterfed.algorithms.protocol import ColdStart, Context, RoundPlan
 from clusterfed.engine import Engine, StackedParams
 from clusterfed.engine.stacked import is_finite, take
@@ -78,7 +86,8 @@ class FeSEMState:
     labels: np.ndarray  # centre of each client
     centres: StackedParams  # before the first round: the shared θ (one row)
     seeded: bool = False
-    received: torch.Tensor | None = None  # assignment "received": each client's last received model, flat [n, p]
+    held: StackedParams | None = None  # assignment "previous": each client's last trained local model (θ before)
+    sent: StackedParams | None = None  # serve "received": the centre each client was last sent (θ before)
 
 
 @register
@@ -96,12 +105,13 @@ class FeSEM(ColdStart[FeSEMState]):
     round not taken part in (``protocol``'s rejected-upload rule): the seeding and the
     E-step run over the accepted uploads only and the client keeps its centre.
 
-    ``assignment="received"`` (FlexCFL's FeSEM, which the thesis' Tables 3.3–3.6 ran)
-    starts from one shared θ held by every client and K random centres (drawn after θ
-    from the same generator), assigns each participant to the centre nearest the model
-    it last received (``e_step`` on those models) before it trains, and averages
-    (M-step); it keeps every client's last received model, n × |θ| floats. It needs
-    ``centres="random"``: nothing is trained before the first assignment to seed on.
+    FlexCFL's FeSEM, which the thesis' Tables 3.3–3.6 ran, is ``centres="random"``,
+    ``assignment="previous"``, ``m_step="first"`` and ``serve="received"`` (module
+    docstring). ``previous`` starts from one shared θ held by every client and K random
+    centres (drawn after θ from the same generator), assigns each participant by
+    ``e_step`` on the model it holds before it trains, and keeps every client's last
+    local model (n × |θ| floats); ``received`` keeps every client's last sent model
+    (n × |θ| floats) and serves each device its own.
 
     Attributes
     ----------
@@ -115,45 +125,57 @@ class FeSEM(ColdStart[FeSEMState]):
               kind=int, gt=0),
         Param("centres", "kmeans++", "initial centres: k-means++ on the first local models, or K random models "
               "(the paper's Alg. 1)", kind=str, choices=("kmeans++", "random")),
-        Param("assignment", "local", "when a client is assigned: E-step on the local models it trained (the "
-              "paper), or before training by the model it last received (FlexCFL's code, the thesis' runs)",
-              kind=str, choices=("local", "received")),
+        Param("assignment", "local", "when a client is assigned: E-step on the local models it trains this round "
+              "(the paper), or before training by the local model it trained the last time it took part "
+              "(previous: FlexCFL's code, the thesis' runs)", kind=str, choices=("local", "previous")),
+        Param("m_step", "average", "a centre becomes the |D|-weighted average of its participants' local models "
+              "(the paper), or one of them drawn at random (first: FlexCFL's 'avg' aggregation keeps only the "
+              "first client's update)", kind=str, choices=("average", "first")),
+        Param("serve", "centre", "model a client is served: its centre's current model, or the centre it was last "
+              "sent (received: FlexCFL's test of latest_params)", kind=str, choices=("centre", "received")),
     )
     K: int
     centres: str
     assignment: str
+    m_step: str
+    serve: str
 
     def __init__(self, **values) -> None:
         super().__init__(**values)
-        if self.assignment == "received" and self.centres != "random":
-            raise ValueError("fesem: assignment 'received' needs centres 'random' (nothing is trained before "
+        if self.assignment == "previous" and self.centres != "random":
+            raise ValueError("fesem: assignment 'previous' needs centres 'random' (nothing is trained before "
                              f"the first assignment to seed k-means++ on), got centres {self.centres!r}")
 
     def init(self, engine: Engine, ctx: Context) -> FeSEMState:
         theta = engine.init_params(1, ctx.generator, distinct=False)
         labels = np.zeros(engine.n_devices, dtype=np.int64)
+        everyone = take(theta, [0] * engine.n_devices)
+        sent = everyone if self.serve == "received" else None
         if self.assignment == "local":
-            return FeSEMState(labels, theta)
+            return FeSEMState(labels, theta, sent=sent)
         centres = engine.init_params(self.K, ctx.generator, distinct=True)
-        return FeSEMState(labels, centres, True, flat(theta).expand(engine.n_devices, -1).clone())
+        return FeSEMState(labels, centres, True, everyone, sent)
 
     def configure_round(self, engine, state, participants, ctx):
-        if state.received is not None:
-            assigned = e_step(state.received[participants], flat(state.centres))
-            labels, received = state.labels.copy(), state.received.clone()
-            labels[participants] = assigned
-            received[participants] = flat(state.centres)[assigned].to(received.dtype)
-            state = FeSEMState(labels, state.centres, True, received)
-        plan = RoundPlan(state.centres, state.labels[participants], participants, upload="each",
+        labels, sent = state.labels, state.sent
+        if state.held is not None:  # assigned before training, by what each participant holds
+            labels = labels.copy()
+            labels[participants] = e_step(flat(take(state.held, participants.tolist())), flat(state.centres))
+        if sent is not None:
+            sent = replace_rows(sent, participants, take(state.centres, labels[participants].tolist()),
+                                np.ones(len(participants), dtype=bool))
+        state = FeSEMState(labels, state.centres, state.seeded, state.held, sent)
+        plan = RoundPlan(state.centres, labels[participants], participants, upload="each",
                          **pair_traffic(state.centres, len(participants)))
         return state, plan
 
     def aggregate(self, engine, state, plan, trained, ctx):
         ok = is_finite(trained).cpu().numpy()
         centres = state.centres
-        if state.received is not None:  # assigned before training: the M-step only
-            return FeSEMState(state.labels, average(engine, trained, plan.models, plan.devices, ok, centres),
-                              True, state.received)
+        if state.held is not None:  # assigned before training: the M-step only
+            held = replace_rows(state.held, plan.devices, trained, ok)
+            centres = self._m_step(engine, trained, plan.models, plan.devices, ok, centres, ctx)
+            return FeSEMState(state.labels, centres, True, held, state.sent)
         finite = np.flatnonzero(ok)
         if not state.seeded:
             if len(finite) == 0:
@@ -167,12 +189,23 @@ class FeSEM(ColdStart[FeSEMState]):
         assigned = np.zeros(len(plan.devices), dtype=np.int64)
         if len(finite):
             assigned[finite] = e_step(flat(take(trained, finite.tolist())), flat(centres))
-        centres = average(engine, trained, assigned, plan.devices, ok, centres)
+        centres = self._m_step(engine, trained, assigned, plan.devices, ok, centres, ctx)
         labels = state.labels.copy()
         labels[plan.devices[ok]] = assigned[ok]
-        return FeSEMState(labels, centres, True)
+        return FeSEMState(labels, centres, True, None, state.sent)
+
+    def _m_step(self, engine, trained, model_of_pair, device_of_pair, ok, centres, ctx) -> StackedParams:
+        """Each centre with finite pairs becomes their |D|-weighted average, or under
+        ``m_step="first"`` the local model of one of them drawn at random."""
+        if self.m_step == "average":
+            return average(engine, trained, model_of_pair, device_of_pair, ok, centres)
+        joined = sorted(set(np.asarray(model_of_pair)[ok].tolist()))
+        picks = [int(ctx.rng.choice(np.flatnonzero(ok & (model_of_pair == k)))) for k in joined]
+        return replace_rows(centres, np.array(joined), take(trained, picks), np.ones(len(joined), dtype=bool))
 
     def clustering(self, state: FeSEMState) -> Clustering:
+        if state.sent is not None:
+            return per_device(state.sent)
         return labels_clustering(state.labels, state.centres)
 
     def fitted(self, engine, state):
