@@ -14,7 +14,9 @@ evaluated every round on the server. Both start from the same initial model.
   flwr is NOT a clusterfed dependency): ``python -m venv /work/flwr-venv &&
   /work/flwr-venv/bin/pip install "flwr[simulation]" torch==2.13.0``.
 - clusterfed: ``FedAvg(rounds=R).fit(engine)`` (the registered method, the driver's
-  per-round test accuracy included), torch with ``--threads`` threads.
+  per-round test accuracy included), torch with ``--threads`` threads, once per
+  ``--kernels`` entry: ``dense`` (the default engine) and ``sparse``
+  (``Engine(sparse_inputs=True)``, params.yaml ``training.sparse_inputs: true``).
 
 Both run R + 1 rounds; round time = wall time between two server-side evaluations
 (Flower) / two rounds' ends (clusterfed: history row, i.e. its test accuracy, included);
@@ -125,7 +127,8 @@ def flower_main(args) -> None:
 
 
 # ----------------------------------------------------------------------- clusterfed side
-def clusterfed_run(data_path: str, n_clients: int, rounds: int, threads: int, workers: int | None = None) -> dict:
+def clusterfed_run(data_path: str, n_clients: int, rounds: int, threads: int, workers: int | None = None,
+                   sparse: bool = False) -> dict:
     import torch
 
     from clusterfed.algorithms.baselines import FedAvg
@@ -143,7 +146,7 @@ def clusterfed_run(data_path: str, n_clients: int, rounds: int, threads: int, wo
     )
     fed = Federation(devices, np.zeros(n_clients, np.int64), 10, (784,), "iid", "mnist", 0)
     engine = Engine(fed, hidden=HIDDEN, device="cpu", training=TrainingConfig(lr=LR, l2=0.0, batch_size=BATCH),
-                    workers=workers)
+                    workers=workers, sparse_inputs=sparse)
     init = {"hidden.weight": "0.weight", "hidden.bias": "0.bias", "output.weight": "2.weight", "output.bias": "2.bias"}
     θ0 = {k: torch.as_tensor(z[f"init_{v}"])[None] for k, v in init.items()}
 
@@ -194,6 +197,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--workers", type=int, help="clusterfed's Engine(workers=): chunks trained at once "
                     "(default: --threads; 1 = the former chunk-after-chunk loop on --threads intra-op threads)")
+    ap.add_argument("--kernels", nargs="+", choices=["dense", "sparse"], default=["dense", "sparse"],
+                    help="clusterfed's MLP kernels, run back to back after Flower in each repetition")
     ap.add_argument("--flower-python", default="/work/flwr-venv/bin/python")
     ap.add_argument("--flower", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
@@ -216,21 +221,25 @@ def main() -> None:
                 sys.exit(f"Flower run failed:\n{proc.stderr[-4000:]}")
             flower = json.loads(proc.stdout.strip().splitlines()[-1])
             flower["round_s"] = flower["round_s"][1:]  # round 1 includes Ray's start
-            ours = clusterfed_run(str(data), n, args.rounds + 1, args.threads, args.workers)
-            ours.pop("params")
-            ours["round_s"] = ours["round_s"][1:]
-            runs.append({"rep": rep, "clients": n, "load_before": load, "load_after": loadavg(),
-                         "flower": flower, "clusterfed": ours})
+            row = {"rep": rep, "clients": n, "load_before": load, "flower": flower}
+            for kernel in args.kernels:
+                ours = clusterfed_run(str(data), n, args.rounds + 1, args.threads, args.workers, kernel == "sparse")
+                ours.pop("params")
+                ours["round_s"] = ours["round_s"][1:]  # round 1: the sparse kernel's compile, data layout
+                row["clusterfed" if kernel == "dense" else f"clusterfed_{kernel}"] = ours
+            row["load_after"] = loadavg()
+            runs.append(row)
             print(json.dumps(runs[-1]), flush=True)
     summary = {}
     for n in args.clients:
         mine = [r for r in runs if r["clients"] == n]
         f = statistics.median(statistics.median(r["flower"]["round_s"]) for r in mine)
-        c = statistics.median(statistics.median(r["clusterfed"]["round_s"]) for r in mine)
-        summary[n] = {"flower_round_s": f, "clusterfed_round_s": c, "ratio": f / c,
-                      "flower_accuracy": [r["flower"]["accuracy"] for r in mine],
-                      "clusterfed_accuracy": [r["clusterfed"]["accuracy"] for r in mine],
+        summary[n] = {"flower_round_s": f, "flower_accuracy": [r["flower"]["accuracy"] for r in mine],
                       "loads": [(r["load_before"], r["load_after"]) for r in mine]}
+        for key in [k for k in mine[0] if k.startswith("clusterfed")]:
+            c = statistics.median(statistics.median(r[key]["round_s"]) for r in mine)
+            summary[n].update({f"{key}_round_s": c, f"{key}_ratio": f / c,
+                               f"{key}_accuracy": [r[key]["accuracy"] for r in mine]})
     result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "rounds": args.rounds,
               "threads": args.threads, "runs": runs, "summary": summary}
     Path(args.out).write_text(json.dumps(result, indent=2))

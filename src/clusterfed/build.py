@@ -112,6 +112,7 @@ def build_engine(params: Params, federation: Federation) -> Engine:
         training=TrainingConfig(lr=t.lr, l2=t.l2, batch_size=t.batch_size, local_epochs=t.local_epochs),
         device=t.device,
         screening=screening_rule(params),
+        sparse_inputs=t.sparse_inputs,
     )
 
 

@@ -112,6 +112,11 @@ class TrainingParams(_Section):
     local_epochs: PositiveInt = 1
     participation: PARTICIPATION.annotation() = PARTICIPATION.field()[1]  # type: ignore[valid-type]
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    sparse_inputs: bool = Field(
+        False, description="MLP on CPU: local SGD reads and updates only the first layer's weights at each batch's "
+        "non-zero inputs (engine/sparse_mlp.py); the same steps up to float rounding, faster on mostly-zero inputs "
+        "such as MNIST."
+    )
     outlier_factor: Annotated[float, Field(gt=1.0)] | None = Field(
         OUTLIER_FACTOR, description="k: an upload is rejected when its update norm exceeds k x the median of the "
         "round's other updates (engine/robust.py); null: only non-finite uploads are rejected."

@@ -332,3 +332,88 @@ def test_train_keeps_no_upload_buffer_above_its_budget(setup, monkeypatch):
     fresh = engine.train(params, models, devices, torch.Generator().manual_seed(1)).params
     assert engine._buffer == {}
     assert all(torch.equal(kept[k], fresh[k]) for k in kept)
+
+
+# ----------------------------------------------------------------- sparse-input kernel
+def test_sparse_kernel_equals_device_by_device_reference(setup):
+    """``sparse=True`` (engine/sparse_mlp.py) takes the same steps as the reference and
+    as the dense kernel, up to float rounding: devices of two sizes, L2 decay on."""
+    engine, start, devices = setup
+    kwargs = dict(lr=LR, l2=L2, batch_size=BATCH)
+    sparse = local_sgd(engine.model, start, engine.data.train, devices, epochs=EPOCHS,
+                       generator=torch.Generator().manual_seed(7), sparse=True, **kwargs)
+    ref = reference(engine.model, start, engine.data.train, devices, generator=torch.Generator().manual_seed(7))
+    for k in sparse:
+        torch.testing.assert_close(sparse[k], ref[k], rtol=1e-4, atol=1e-5)
+    two = [local_sgd(engine.model, start, engine.data.train, devices, epochs=2, generator=torch.Generator().manual_seed(7),
+                     sparse=s, return_norms=True, **kwargs) for s in (False, True)]
+    (dense, dense_norms), (sparse, sparse_norms) = two
+    for k in sparse:
+        torch.testing.assert_close(sparse[k], dense[k], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(sparse_norms, dense_norms, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("l2", [0.0, L2])
+def test_sparse_kernel_touches_first_layer_weights_of_zero_inputs_only_by_decay(setup, l2):
+    """A digits pixel that is 0 in every training sample of a device gets no gradient
+    there: its column of W1 stays bit for bit without L2 and shrinks by exactly the
+    decay of the device's steps with it (W1 = s·V, one factor a step)."""
+    engine, start, devices = setup
+    data = engine.data.train
+    trained = local_sgd(engine.model, start, data, devices, epochs=1, lr=LR, l2=l2, batch_size=BATCH,
+                        generator=torch.Generator().manual_seed(7), sparse=True)
+    for p, d in enumerate(devices.tolist()):
+        n = int(data.counts[d])
+        zero = (data.x[d, :n].flatten(1) == 0).all(0)
+        assert 0 < int(zero.sum()) < zero.numel()
+        before, after = start["hidden.weight"][p][:, zero], trained["hidden.weight"][p][:, zero]
+        if l2 == 0.0:
+            assert torch.equal(after, before)
+        else:
+            steps = -(-n // BATCH)
+            torch.testing.assert_close(after, before * (1 - 2 * LR * l2) ** steps, rtol=1e-6, atol=0.0)
+        assert not torch.equal(trained["hidden.weight"][p][:, ~zero], start["hidden.weight"][p][:, ~zero])
+
+
+def test_sparse_kernel_on_worker_threads_equals_one_thread_bitwise(setup):
+    engine, start, devices = setup
+    runs = [local_sgd(engine.model, start, engine.data.train, devices, epochs=1, lr=LR, l2=L2, batch_size=BATCH,
+                      generator=torch.Generator().manual_seed(7), sparse=True, workers=w) for w in (1, 2, 3)]
+    for other in runs[1:]:
+        for k in runs[0]:
+            assert torch.equal(other[k], runs[0][k])
+
+
+def test_sparse_flag_keeps_the_dense_kernel_for_penalised_steps(setup):
+    engine, start, devices = setup
+    centre = take(engine.init_params(2, torch.Generator().manual_seed(5), distinct=True), [0, 1, 0, 1, 0, 1])
+    penalty = QuadraticPenalty(weight={k: torch.full_like(v, 0.3) for k, v in start.items()}, center=centre)
+    runs = [local_sgd(engine.model, start, engine.data.train, devices, epochs=1, lr=LR, l2=L2, batch_size=BATCH,
+                      generator=torch.Generator().manual_seed(7), penalty=penalty, sparse=s) for s in (False, True)]
+    for k in runs[0]:
+        assert torch.equal(runs[1][k], runs[0][k])
+
+
+def test_engine_sparse_inputs_is_the_mlps(digits):
+    fed = build_scenario(digits, "S1", group_sizes=[2, 2], seed=3)
+    with pytest.raises(ValueError, match="training.sparse_inputs"):
+        Engine(fed, model="cnn", sparse_inputs=True, device="cpu")
+
+
+@pytest.mark.mnist
+def test_sparse_inputs_engine_round_on_mnist_equals_the_dense_one(mnist):
+    """One FedAvg-style round of 4 MNIST devices (a fifth of the pixels non-zero)
+    through ``Engine(sparse_inputs=True)``: the dense round's uploads within float
+    rounding, and the same test accuracy to 0.1 point."""
+    fed = build_scenario(mnist, "S2", group_sizes=[2, 2], seed=3, samples_per_device=300)
+    rounds = []
+    for sparse in (False, True):
+        engine = Engine(fed, training=TrainingConfig(lr=0.01, l2=0.001, batch_size=10, local_epochs=2),
+                        device="cpu", sparse_inputs=sparse)
+        θ = engine.init_params(1, torch.Generator().manual_seed(0), distinct=False)
+        up = engine.local_models(θ, np.zeros(4, np.int64), np.arange(4), torch.Generator().manual_seed(1)).params
+        rounds.append((up, engine.accuracy(up, np.arange(4), "test")))
+    (dense, acc_dense), (sparse, acc_sparse) = rounds
+    for k in dense:
+        torch.testing.assert_close(sparse[k], dense[k], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(acc_sparse, acc_dense, atol=1e-3)

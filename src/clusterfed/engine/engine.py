@@ -125,6 +125,11 @@ class Engine:
         Chunks of MLP pairs trained at once on their own threads (``local_sgd``);
         default torch's intra-op thread count at the call: one chunk per core, since a
         batch-10 step is too small to split over cores. Results do not depend on it.
+    sparse_inputs : bool, default=False
+        Plain local SGD steps of the MLP on CPU read and update only the first layer's
+        weights at each batch's non-zero inputs (``engine/sparse_mlp.py``): the same
+        steps up to float rounding, faster on mostly-zero inputs such as MNIST's
+        pixels. Penalised and personalised steps, and CUDA, keep the dense kernel.
     """
 
     def __init__(
@@ -139,9 +144,13 @@ class Engine:
         device: str = "auto",
         screening: RobustRule = RobustRule(),
         workers: int | None = None,
+        sparse_inputs: bool = False,
     ) -> None:
+        if sparse_inputs and model != "mlp":
+            raise ValueError(f"training.sparse_inputs: the sparse kernel is the MLP's; model.name is {model!r}")
         self.device = select_device(device)
         self.workers = workers
+        self.sparse_inputs = sparse_inputs
         self.screening = screening
         self.training = training
         self.model: nn.Module = build_model(
@@ -298,6 +307,7 @@ class Engine:
             start_rows=model_idx,  # the pairs' one copy of their models is made there
             return_norms=True,  # the screening's update norms, taken while each chunk is in cache
             buffer=buffer,
+            sparse=self.sparse_inputs,
         )
         # Pooled rows are no device's: their uploads count against nobody (Tally).
         uploaders = np.asarray(device_of_pair) + self.n_devices if data.virtual else device_of_pair

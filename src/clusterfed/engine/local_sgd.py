@@ -23,7 +23,7 @@ from clusterfed.engine.evaluation import activation_floats
 from clusterfed.engine.robust import finite_norms, row_squared_norms
 from clusterfed.engine.stacked import StackedParams, stacked_forward
 from clusterfed.engine.tensors import PaddedSplit
-from clusterfed.models import is_regularized
+from clusterfed.models import MLP, is_regularized
 
 CHUNK_FLOATS = 2**20  # parameters of the pairs trained together (4 MiB: several MNIST MLPs)
 # Activations of the pairs one autograd step trains together: their leaf-module outputs,
@@ -200,6 +200,7 @@ def local_sgd(
     start_rows: torch.Tensor | None = None,
     return_norms: bool = False,
     buffer: StackedParams | None = None,
+    sparse: bool = False,
 ) -> StackedParams | tuple[StackedParams, torch.Tensor]:
     """Train every pair for ``epochs`` local epochs; returns new stacked parameters
     (and with ``return_norms`` each pair's update norm ‖θ_p − θ_start,p‖, ``[P]``).
@@ -220,6 +221,9 @@ def local_sgd(
     ``penalty`` has one row per *model*: pair p is pulled by row ``model_of_pair[p]``
     (row p when ``model_of_pair`` is None); see ``_Pull``.
     ``objective`` replaces the plain SGD step by Per-FedAvg's or pFedMe's.
+    ``sparse``: plain SGD steps of the MLP on CPU go through ``sparse_mlp`` (only the
+    first layer's rows at the batch's non-zero inputs; equal up to float rounding);
+    other steps ignore it.
     Inputs are not modified.
 
     Pairs are independent, so with an analytic step (the MLP: small-batch steps bound
@@ -261,6 +265,11 @@ def local_sgd(
         orders = [(o[perm], None if s is None else s[perm]) for o, s in orders]
     step_fn = getattr(type(model), "stacked_sgd_step", None)
     analytic = step_fn is not None
+    sparse_kernel = rows_csr = None
+    if sparse and isinstance(model, MLP) and penalty is None and objective is None and data.x.device.type == "cpu":
+        from clusterfed.engine import sparse_mlp as sparse_kernel  # numba, imported when first asked for
+
+        rows_csr = sparse_kernel.sparse_rows(data)
     if step_fn is None:
         def step_fn(p, xb, yb, w, *, lr, l2):
             autograd_sgd_step(model, p, xb, yb, w, lr=lr, l2=l2)
@@ -290,11 +299,15 @@ def local_sgd(
                     torch.index_select(source[k], 0, src, out=v)
         else:  # a selection, written back below
             chunk = {k: v[src].clone() if isinstance(src, slice) else v.index_select(0, src) for k, v in source.items()}
-        _train_chunk(
-            step_fn, chunk, data, device_of_pair[rows], [(o[rows], None if s is None else s[rows]) for o, s in orders],
-            pull=None if penalty is None else _Pull(penalty, model_of_pair[rows], chunk),
-            objective=objective, lr=lr, l2=l2, batch_size=batch_size,
-        )
+        if rows_csr is not None:
+            sparse_kernel.train_pairs(chunk, rows_csr, data, device_of_pair[rows], [o[rows] for o, _ in orders],
+                        lr=lr, l2=l2, batch_size=batch_size)
+        else:
+            _train_chunk(
+                step_fn, chunk, data, device_of_pair[rows], [(o[rows], None if s is None else s[rows]) for o, s in orders],
+                pull=None if penalty is None else _Pull(penalty, model_of_pair[rows], chunk),
+                objective=objective, lr=lr, l2=l2, batch_size=batch_size,
+            )
         if norms_sq is not None:  # tensor by tensor in dict order, as ``update_norms`` adds them
             sq = None
             for k, v in chunk.items():
