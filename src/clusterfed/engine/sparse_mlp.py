@@ -6,7 +6,7 @@ An MNIST image has 150 non-zero pixels of 784 on average, so both touch a fifth 
 at most: here W1 is held pixel-major (W1ᵀ, one contiguous row of ``hidden`` floats per
 pixel) and a step reads and updates only the rows of the batch's non-zero pixels. The
 L2 decay of W1 (``1 − 2·lr·l2`` every step) is kept as one scalar factor s with
-W1 = s·V, so a step never touches the other rows; V absorbs s at the end.
+W1 = s·V, so a step never touches the other rows; V absorbs s after each epoch.
 
 Each pair runs all its epochs in one compiled call that releases the GIL, so
 ``local_sgd``'s worker threads train pairs in parallel. Same steps as the dense
@@ -153,6 +153,11 @@ def _pair_epochs(w1, b1, w2, b2, indptr, pixel, value, y, base, orders, batch, l
                     vr = v1[pixel[q]]
                     for j in range(hidden):
                         vr[j] -= c * db[j]
+        if s != 1.0:  # fold s into V once an epoch: s never strays far from 1
+            for i in range(features):
+                for j in range(hidden):
+                    v1[i, j] *= s
+            s = np.float32(1.0)
     for i in range(features):
         for j in range(hidden):
-            w1[j, i] = s * v1[i, j]
+            w1[j, i] = v1[i, j]
