@@ -193,7 +193,8 @@ def run(args) -> None:
                 fed = build_authors_scenario(ds, scenario, seed=seed, users=args.users)
             else:
                 fed = build_scenario(ds, scenario, group_sizes=args.group_sizes, seed=seed)
-            eng = Engine(fed, model="mlp", training=training, hidden=128, device=args.device)
+            eng = Engine(fed, model="mlp", training=training, hidden=128, device=args.device,
+                         sparse_inputs=args.sparse_inputs)
             for name in todo:
                 key = (scenario, name, seed, args.epochs, args.local_epochs)
                 # another worker on the same out file may have done or started it meanwhile
@@ -221,6 +222,7 @@ def run(args) -> None:
                     "init_epochs": args.init_epochs if name == "faacl" else None,
                     "variant": args.variant if name == "faacl" else None,
                     "supporter_weight": args.supporter_weight if name == "faacl" else None,
+                    "sparse_inputs": args.sparse_inputs,
                     "groups": fed.groups.tolist(),
                     "n_train": [d.n_train for d in fed.devices],
                     "n_test": [len(d.y_test) for d in fed.devices],
@@ -434,6 +436,9 @@ def main() -> None:
                     help="FAACL: scale of supporters' |Z^train| in Alg. 4 (1: the box); use its own --out")
     ap.add_argument("--root", default="/work/shared/datasets")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--sparse-inputs", action="store_true",
+                    help="Engine(sparse_inputs=True): the MLP's sparse-input kernel (same steps up to float rounding; "
+                         "rows are keyed without it)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     ap.add_argument("--out", default="benchmarks/out/thesis_mnist.jsonl")
     ap.add_argument("--progress", action="store_true", help="progress lines on stderr (long schedules)")

@@ -19,7 +19,9 @@ from clusterfed.engine.stacked import take
 import clusterfed.engine.local_sgd as local_sgd_module
 import clusterfed.models as models_module
 from clusterfed.models import is_regularized
+from clusterfed.engine import sparse_mlp
 from clusterfed.scenarios import build_scenario
+from clusterfed.scenarios.authors import build_authors_scenario
 
 LR, L2, BATCH, EPOCHS = 0.05, 0.001, 10, 1
 
@@ -417,3 +419,25 @@ def test_sparse_inputs_engine_round_on_mnist_equals_the_dense_one(mnist):
     for k in dense:
         torch.testing.assert_close(sparse[k], dense[k], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(acc_sparse, acc_dense, atol=1e-3)
+
+
+def test_sparse_kernel_on_standardised_inputs_equals_the_dense_kernel(digits):
+    """The authors' construction standardises every pixel, so a zero pixel becomes
+    −μ/σ and no input is 0. The kernel writes x = z + m with m each feature's most
+    common value (z sparse again) and takes the same steps as the dense kernel."""
+    fed = build_authors_scenario(digits, "A2", seed=10)
+    engine = Engine(fed, hidden=32, training=TrainingConfig(lr=LR, l2=L2, batch_size=BATCH), device="cpu")
+    data = engine.data.train
+    rows = sparse_mlp.sparse_rows(data)
+    # 3 of 64 pixels are 0 in every image (σ = 0: they stay 0), so 4.7 % of the inputs are
+    # 0; the other 61 features' mode is −μ/σ, and 47 % of the inputs differ from it
+    assert float((data.x[data.mask] == 0).float().mean()) == pytest.approx(3 / 64)
+    assert int((rows.mode != 0).sum()) == 61 and rows.samples == 673
+    assert rows.density == pytest.approx(0.4731, abs=1e-4)
+    start = engine.init_params(1, torch.Generator().manual_seed(0), distinct=False)
+    devices = torch.arange(engine.n_devices)
+    runs = [local_sgd(engine.model, start, data, devices, epochs=2, lr=LR, l2=L2, batch_size=BATCH,
+                      generator=torch.Generator().manual_seed(7), start_rows=torch.zeros_like(devices), sparse=s)
+            for s in (False, True)]
+    for k in runs[0]:
+        torch.testing.assert_close(runs[1][k], runs[0][k], rtol=1e-4, atol=1e-5)
