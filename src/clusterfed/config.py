@@ -113,9 +113,9 @@ class TrainingParams(_Section):
     participation: PARTICIPATION.annotation() = PARTICIPATION.field()[1]  # type: ignore[valid-type]
     device: Literal["auto", "cpu", "cuda"] = "auto"
     sparse_inputs: bool = Field(
-        False, description="MLP on CPU: local SGD reads and updates only the first layer's weights at each batch's "
-        "non-zero inputs (engine/sparse_mlp.py); the same steps up to float rounding, faster on mostly-zero inputs "
-        "such as MNIST."
+        False, description="MLP on CPU: plain local SGD reads and updates only the first layer's weights at the inputs "
+        "that differ from their feature's most common value (engine/sparse_mlp.py); the same steps up to float "
+        "rounding, faster on MNIST (raw or standardised)."
     )
     outlier_factor: Annotated[float, Field(gt=1.0)] | None = Field(
         OUTLIER_FACTOR, description="k: an upload is rejected when its update norm exceeds k x the median of the "

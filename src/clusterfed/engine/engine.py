@@ -127,9 +127,10 @@ class Engine:
         batch-10 step is too small to split over cores. Results do not depend on it.
     sparse_inputs : bool, default=False
         Plain local SGD steps of the MLP on CPU read and update only the first layer's
-        weights at each batch's non-zero inputs (``engine/sparse_mlp.py``): the same
-        steps up to float rounding, faster on mostly-zero inputs such as MNIST's
-        pixels. Penalised and personalised steps, and CUDA, keep the dense kernel.
+        weights at the inputs that differ from their feature's most common value
+        (``engine/sparse_mlp.py``): the same steps up to float rounding, faster on
+        MNIST's pixels, raw or standardised. Penalised and personalised steps, and
+        CUDA, keep the dense kernel.
     """
 
     def __init__(

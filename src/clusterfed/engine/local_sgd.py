@@ -222,8 +222,8 @@ def local_sgd(
     (row p when ``model_of_pair`` is None); see ``_Pull``.
     ``objective`` replaces the plain SGD step by Per-FedAvg's or pFedMe's.
     ``sparse``: plain SGD steps of the MLP on CPU go through ``sparse_mlp`` (only the
-    first layer's rows at the batch's non-zero inputs; equal up to float rounding);
-    other steps ignore it.
+    first layer's rows at the inputs that differ from their feature's mode; equal up to
+    float rounding); other steps ignore it.
     Inputs are not modified.
 
     Pairs are independent, so with an analytic step (the MLP: small-batch steps bound
