@@ -52,7 +52,7 @@ N4800 = {"group_sizes": [1200] * 4, "samples_per_device": 50, "test_samples_per_
 STOCFL_AUTHORS = {"tau": 0.65, "lam": 0.05, "local_epochs": 5, "batch_size": 50, "representation": "movement"}
 
 
-def experiment_params(name: str, seed: int, model: str, device: str = "cpu"):
+def experiment_params(name: str, seed: int, model: str, device: str = "cpu", sparse_inputs: bool = False):
     from clusterfed.config import parse_params
 
     base = "stocfl_rotated" if name.startswith("stocfl_rotated") else name
@@ -66,17 +66,18 @@ def experiment_params(name: str, seed: int, model: str, device: str = "cpu"):
         if name.endswith("_e20"):  # the authors' rotated script: 20 local epochs a round (issue 17 item 4)
             raw["coldstart"]["stocfl"]["local_epochs"] = 20
         raw["training"].update(lr=0.1, l2=0.0)
+    raw["training"]["sparse_inputs"] = sparse_inputs
     return parse_params(raw, source=f"benchmark {name}")
 
 
 def run_chunk(name: str, seed: int, out: Path, *, model: str, chunk_rounds: int, max_seconds: float,
-              device: str = "cpu") -> dict:
+              device: str = "cpu", sparse_inputs: bool = False) -> dict:
     """One chunk of the experiment's cold start, resumed from and saved to ``out``."""
     from sklearn.metrics import adjusted_rand_score
 
     from clusterfed.build import build_algorithm, build_engine, build_federation
 
-    params = experiment_params(name, seed, model, device)
+    params = experiment_params(name, seed, model, device, sparse_inputs)
     fed = build_federation(params, seed)
     engine = build_engine(params, fed)
     method = build_algorithm(ALGORITHM[name], params)
@@ -138,7 +139,7 @@ def run_chunk(name: str, seed: int, out: Path, *, model: str, chunk_rounds: int,
     chunk = {"first_round": start + 1, "rounds": len(result.history), "wall_s": round(wall, 1),
              "cpu_s": round(cpu, 1), "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
              "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
-             "threads": torch.get_num_threads(), "finished": bool(resumed.get("over")),
+             "threads": torch.get_num_threads(), "finished": bool(resumed.get("over")), "sparse_inputs": sparse_inputs,
              "utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
     with (out / "chunks.jsonl").open("a") as f:
         f.write(json.dumps(chunk) + "\n")
@@ -197,6 +198,8 @@ def main() -> None:
     p.add_argument("--max-seconds", type=float, default=6600, help="stop (and checkpoint) after the round that passes this")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--sparse-inputs", action="store_true",
+                   help="training.sparse_inputs: the MLP's sparse-input kernel (keep it the same across a run's chunks)")
     p.add_argument("--out", default="benchmarks/out/paper_networks")
     p.add_argument("--check", action="store_true")
     p.add_argument("--summarize", action="store_true")
@@ -211,7 +214,8 @@ def main() -> None:
         print("done:", (out / "final.json").read_text())
         return
     print(json.dumps(run_chunk(args.experiment, args.seed, out, model=args.model,
-                               chunk_rounds=args.chunk_rounds, max_seconds=args.max_seconds, device=args.device)))
+                               chunk_rounds=args.chunk_rounds, max_seconds=args.max_seconds, device=args.device,
+                               sparse_inputs=args.sparse_inputs)))
 
 
 if __name__ == "__main__":

@@ -113,7 +113,8 @@ class TrainingParams(_Section):
     participation: PARTICIPATION.annotation() = PARTICIPATION.field()[1]  # type: ignore[valid-type]
     device: Literal["auto", "cpu", "cuda"] = "auto"
     sparse_inputs: bool = Field(
-        False, description="MLP on CPU: plain local SGD reads and updates only the first layer's weights at the inputs "
+        False, description="MLP on CPU: local SGD (plain or with a uniform proximal pull) reads and updates only the first "
+        "layer's weights at the inputs "
         "that differ from their feature's most common value (engine/sparse_mlp.py); the same steps up to float "
         "rounding, faster on MNIST (raw or standardised)."
     )

@@ -386,14 +386,50 @@ def test_sparse_kernel_on_worker_threads_equals_one_thread_bitwise(setup):
             assert torch.equal(other[k], runs[0][k])
 
 
-def test_sparse_flag_keeps_the_dense_kernel_for_penalised_steps(setup):
+def test_sparse_kernel_with_a_uniform_pull_equals_device_by_device_reference(setup, monkeypatch):
+    """A pull with one weight per (model, tensor) (FedProx μ, Ditto and StoCFL λ) goes
+    through the kernel as W1 = s·(V + a·mᵀ) + t·C: the reference's models; a weight
+    that varies within a tensor (EWC's λF) keeps the dense kernel, bit for bit."""
     engine, start, devices = setup
+    calls, real = [], sparse_mlp.train_pairs
+    monkeypatch.setattr(sparse_mlp, "train_pairs", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     centre = take(engine.init_params(2, torch.Generator().manual_seed(5), distinct=True), [0, 1, 0, 1, 0, 1])
-    penalty = QuadraticPenalty(weight={k: torch.full_like(v, 0.3) for k, v in start.items()}, center=centre)
-    runs = [local_sgd(engine.model, start, engine.data.train, devices, epochs=1, lr=LR, l2=L2, batch_size=BATCH,
-                      generator=torch.Generator().manual_seed(7), penalty=penalty, sparse=s) for s in (False, True)]
+    kwargs = dict(epochs=EPOCHS, lr=LR, l2=L2, batch_size=BATCH)
+    weights = {"hidden.weight": 0.3, "hidden.bias": 0.0, "output.weight": 0.2, "output.bias": 0.5}
+    uniform = QuadraticPenalty(weight={k: torch.full_like(v, weights[k]) for k, v in start.items()}, center=centre)
+    sparse = local_sgd(engine.model, start, engine.data.train, devices, generator=torch.Generator().manual_seed(7),
+                       penalty=uniform, sparse=True, **kwargs)
+    ref = reference(engine.model, start, engine.data.train, devices, penalty=uniform,
+                    generator=torch.Generator().manual_seed(7))
+    dense = local_sgd(engine.model, start, engine.data.train, devices, generator=torch.Generator().manual_seed(7),
+                      penalty=uniform, **kwargs)
+    assert len(calls) == 1  # the six pairs are one chunk
+    for k in sparse:
+        torch.testing.assert_close(sparse[k], ref[k], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(sparse[k], dense[k], rtol=1e-5, atol=1e-6)
+    varying = QuadraticPenalty(weight={k: torch.rand(v.shape, generator=torch.Generator().manual_seed(3))
+                                       for k, v in start.items()}, center=centre)
+    runs = [local_sgd(engine.model, start, engine.data.train, devices, generator=torch.Generator().manual_seed(7),
+                      penalty=varying, sparse=s, **kwargs) for s in (False, True)]
+    assert len(calls) == 1
     for k in runs[0]:
         assert torch.equal(runs[1][k], runs[0][k])
+
+
+def test_sparse_kernel_pulls_pairs_to_their_models_rows(setup):
+    """StoCFL's shape (models 0, 1 pulled to ω by λ, model 2 = ω with weight 0), pairs in
+    any order, one row of w and c per model: the dense kernel's models."""
+    engine, _, devices = setup
+    models = torch.tensor([2, 0, 1, 1, 0, 2])
+    params = engine.init_params(3, torch.Generator().manual_seed(0), distinct=True)
+    ω = engine.init_params(1, torch.Generator().manual_seed(5), distinct=True)
+    weight = {k: torch.cat([torch.full_like(v, 0.3).expand(2, *v.shape[1:]), torch.zeros_like(v)]) for k, v in ω.items()}
+    penalty = QuadraticPenalty(weight=weight, center={k: v.expand(3, *v.shape[1:]) for k, v in ω.items()})
+    runs = [local_sgd(engine.model, params, engine.data.train, devices, epochs=2, lr=LR, l2=L2, batch_size=BATCH,
+                      generator=torch.Generator().manual_seed(7), penalty=penalty, model_of_pair=models,
+                      start_rows=models, sparse=s) for s in (False, True)]
+    for k in runs[0]:
+        torch.testing.assert_close(runs[1][k], runs[0][k], rtol=1e-5, atol=1e-6)
 
 
 def test_engine_sparse_inputs_is_the_mlps(digits):

@@ -129,8 +129,9 @@ class Engine:
         Plain local SGD steps of the MLP on CPU read and update only the first layer's
         weights at the inputs that differ from their feature's most common value
         (``engine/sparse_mlp.py``): the same steps up to float rounding, faster on
-        MNIST's pixels, raw or standardised. Penalised and personalised steps, and
-        CUDA, keep the dense kernel.
+        MNIST's pixels, raw or standardised. Pulls with one weight per tensor
+        (FedProx, Ditto, StoCFL) included; EWC's, Per-FedAvg's and pFedMe's steps,
+        and CUDA, keep the dense kernel.
     """
 
     def __init__(

@@ -221,9 +221,10 @@ def local_sgd(
     ``penalty`` has one row per *model*: pair p is pulled by row ``model_of_pair[p]``
     (row p when ``model_of_pair`` is None); see ``_Pull``.
     ``objective`` replaces the plain SGD step by Per-FedAvg's or pFedMe's.
-    ``sparse``: plain SGD steps of the MLP on CPU go through ``sparse_mlp`` (only the
-    first layer's rows at the inputs that differ from their feature's mode; equal up to
-    float rounding); other steps ignore it.
+    ``sparse``: SGD steps of the MLP on CPU, plain or with a pull of one weight per
+    (model, tensor), go through ``sparse_mlp`` (only the first layer's rows at the
+    inputs that differ from their feature's mode; equal up to float rounding); other
+    steps ignore it.
     Inputs are not modified.
 
     Pairs are independent, so with an analytic step (the MLP: small-batch steps bound
@@ -266,10 +267,11 @@ def local_sgd(
     step_fn = getattr(type(model), "stacked_sgd_step", None)
     analytic = step_fn is not None
     sparse_kernel = rows_csr = None
-    if sparse and isinstance(model, MLP) and penalty is None and objective is None and data.x.device.type == "cpu":
+    if sparse and isinstance(model, MLP) and objective is None and data.x.device.type == "cpu":
         from clusterfed.engine import sparse_mlp as sparse_kernel  # numba, imported when first asked for
 
-        rows_csr = sparse_kernel.sparse_rows(data)
+        if penalty is None or sparse_kernel.uniform_weights(penalty.weight):
+            rows_csr = sparse_kernel.sparse_rows(data)
     if step_fn is None:
         def step_fn(p, xb, yb, w, *, lr, l2):
             autograd_sgd_step(model, p, xb, yb, w, lr=lr, l2=l2)
@@ -301,7 +303,8 @@ def local_sgd(
             chunk = {k: v[src].clone() if isinstance(src, slice) else v.index_select(0, src) for k, v in source.items()}
         if rows_csr is not None:
             sparse_kernel.train_pairs(chunk, rows_csr, data, device_of_pair[rows], [o[rows] for o, _ in orders],
-                        lr=lr, l2=l2, batch_size=batch_size)
+                                      lr=lr, l2=l2, batch_size=batch_size, penalty=penalty,
+                                      model_of_pair=model_of_pair[rows])
         else:
             _train_chunk(
                 step_fn, chunk, data, device_of_pair[rows], [(o[rows], None if s is None else s[rows]) for o, s in orders],

@@ -11,8 +11,11 @@ mode and z sparse. Then, exactly,
 
 so a step reads and updates only the rows of V at the batch's non-zero z (V held
 pixel-major: one contiguous row of ``hidden`` floats per feature), plus the vectors a
-and c. The L2 decay (``1 − 2·lr·l2`` every step) is the scalar s. After each epoch
-s and a are folded back into V and c is recomputed, so neither drifts.
+and c. The L2 decay (``1 − 2·lr·l2`` every step) is the scalar s. A proximal pull
+μ/2·‖θ − θ_c‖² with one μ per tensor (FedProx, Ditto, StoCFL's λ) moves W1 by
+(decay − lr·μ)·W1 + lr·μ·C each step: W1 = s·(V + a·mᵀ) + t·C with a scalar t, and
+x·Cᵀ = z·Cᵀ + m·Cᵀ is another gather. After each epoch s, a and t are folded back
+into V and c is recomputed, so nothing drifts.
 
 Each pair runs all its epochs in one compiled call that releases the GIL, so
 ``local_sgd``'s worker threads train pairs in parallel. Same steps as the dense
@@ -75,35 +78,60 @@ def sparse_rows(data: PaddedSplit) -> SparseRows:
     return cached
 
 
+def uniform_weights(weight: dict[str, torch.Tensor]) -> bool:
+    """Whether a penalty's weight is one value per (model, tensor): the pull the kernel takes."""
+    return all(bool((w.flatten(1).amin(1) == w.flatten(1).amax(1)).all()) for w in weight.values())
+
+
 def train_pairs(params: dict[str, torch.Tensor], rows: SparseRows, data: PaddedSplit, device_of_pair: torch.Tensor,
-                orders: list[torch.Tensor], *, lr: float, l2: float, batch_size: int) -> None:
+                orders: list[torch.Tensor], *, lr: float, l2: float, batch_size: int,
+                penalty=None, model_of_pair: torch.Tensor | None = None) -> None:
     """Every epoch of ``orders`` (``[P, max_n]`` sample orders, padding last) for each
-    pair, in place on ``params`` (the MLP's four tensors, one row per pair)."""
-    w1, b1, w2, b2 = (params[k].numpy() for k in ("hidden.weight", "hidden.bias", "output.weight", "output.bias"))
+    pair, in place on ``params`` (the MLP's four tensors, one row per pair).
+    ``penalty`` (a ``QuadraticPenalty`` with ``uniform_weights``): pair p is pulled to
+    row ``model_of_pair[p]`` of its centre with that row's weight."""
+    keys = ("hidden.weight", "hidden.bias", "output.weight", "output.bias")
+    w1, b1, w2, b2 = (params[k].numpy() for k in keys)
     y = data.y.reshape(-1).numpy()
     counts = data.counts[device_of_pair].tolist()
     devices = device_of_pair.tolist()
     stacked = torch.stack(orders, 1).numpy()  # [P, epochs, max_n]
     mm = np.float32(np.dot(rows.mode.astype(np.float64), rows.mode))
+    no_pull = np.zeros(4, np.float32)
     for p, (d, n) in enumerate(zip(devices, counts)):
-        _pair_epochs(w1[p], b1[p], w2[p], b2[p], rows.indptr, rows.feature, rows.value, rows.zm, rows.mode, mm,
-                     y, d * rows.max_n, np.ascontiguousarray(stacked[p, :, :n]), batch_size, np.float32(lr),
-                     np.float32(1.0 - 2.0 * lr * l2))
+        if penalty is None:
+            mu, centre = no_pull, (w1[p], b1[p], w2[p], b2[p])  # weight 0: the centre is never read
+        else:
+            m = int(model_of_pair[p])
+            mu = np.array([float(penalty.weight[k][m].reshape(-1)[0]) for k in keys], np.float32)
+            centre = tuple(np.ascontiguousarray(penalty.center[k][m].detach().numpy()) for k in keys)
+        _pair_epochs(w1[p], b1[p], w2[p], b2[p], *centre, mu, rows.indptr, rows.feature, rows.value, rows.zm,
+                     rows.mode, mm, y, d * rows.max_n, np.ascontiguousarray(stacked[p, :, :n]), batch_size,
+                     np.float32(lr), np.float32(1.0 - 2.0 * lr * l2))
 
 
 @numba.njit(nogil=True, cache=True, fastmath={"reassoc", "contract"}, boundscheck=False)
-def _pair_epochs(w1, b1, w2, b2, indptr, feature, value, zm, m, mm, y, base, orders, batch, lr, decay):  # pragma: no cover
+def _pair_epochs(w1, b1, w2, b2, cw1, cb1, cw2, cb2, mu, indptr, feature, value, zm, m, mm, y, base, orders,
+                 batch, lr, decay):  # pragma: no cover
     hidden, features = w1.shape
     n_classes = w2.shape[0]
-    v1 = np.ascontiguousarray(w1.T)  # W1 = s·(V + a·mᵀ), V pixel-major
+    pulled = mu[0] != 0
+    v1 = np.ascontiguousarray(w1.T)  # W1 = s·(V + a·mᵀ) + t·C, V and C pixel-major
+    ct = np.ascontiguousarray(cw1.T) if pulled else np.zeros((1, hidden), np.float32)
     a = np.zeros(hidden, np.float32)
     c = np.zeros(hidden, np.float32)  # V·m
+    cc = np.zeros(hidden, np.float32)  # C·m
     for i in range(features):
         if m[i] != 0:
             for j in range(hidden):
                 c[j] += v1[i, j] * m[i]
+            if pulled:
+                for j in range(hidden):
+                    cc[j] += ct[i, j] * m[i]
     s = np.float32(1.0)
+    t = np.float32(0.0)
     h = np.empty((batch, hidden), np.float32)
+    hc = np.empty(hidden, np.float32)
     dh = np.empty((batch, hidden), np.float32)
     dl = np.empty((batch, n_classes), np.float32)
     for e in range(orders.shape[0]):
@@ -123,8 +151,19 @@ def _pair_epochs(w1, b1, w2, b2, indptr, feature, value, zm, m, mm, y, base, ord
                         hb[j] += v * vr[j]
                 offset = zm[row] + mm
                 for j in range(hidden):
-                    z = s * (hb[j] + c[j] + offset * a[j]) + b1[j]
-                    hb[j] = z if z > 0 else np.float32(0.0)
+                    hb[j] = s * (hb[j] + c[j] + offset * a[j]) + b1[j]
+                if t != 0:
+                    hc[:] = cc
+                    for q in range(indptr[row], indptr[row + 1]):
+                        v = value[q]
+                        cr = ct[feature[q]]
+                        for j in range(hidden):
+                            hc[j] += v * cr[j]
+                    for j in range(hidden):
+                        hb[j] += t * hc[j]
+                for j in range(hidden):
+                    if hb[j] < 0:
+                        hb[j] = 0.0
                 top = np.float32(-np.inf)
                 for k in range(n_classes):
                     acc = b2[k]
@@ -150,13 +189,24 @@ def _pair_epochs(w1, b1, w2, b2, indptr, feature, value, zm, m, mm, y, base, ord
                 for j in range(hidden):
                     if hb[j] <= 0:
                         db[j] = 0.0
-            # the step: W ← decay·W − lr·∇, biases without decay
-            s *= decay
+            # the step: θ ← decay·θ − lr·∇ − lr·μ·(θ − θ_c), decay on the kernels only,
+            # the pull taken at the pre-step θ
+            keep = decay - lr * mu[0]
+            s *= keep
+            t = keep * t + lr * mu[0]
             step = lr / s
+            keep2 = decay - lr * mu[2]
             for k in range(n_classes):
                 wk = w2[k]
+                ck = cw2[k]
                 for j in range(hidden):
-                    wk[j] *= decay
+                    wk[j] = keep2 * wk[j] + lr * mu[2] * ck[j]
+            if mu[1] != 0:
+                for j in range(hidden):
+                    b1[j] -= lr * mu[1] * (b1[j] - cb1[j])
+            if mu[3] != 0:
+                for k in range(n_classes):
+                    b2[k] -= lr * mu[3] * (b2[k] - cb2[k])
             for b in range(nb):
                 hb = h[b]
                 db = dh[b]
@@ -177,18 +227,23 @@ def _pair_epochs(w1, b1, w2, b2, indptr, feature, value, zm, m, mm, y, base, ord
                     vr = v1[feature[q]]
                     for j in range(hidden):
                         vr[j] -= g * db[j]
-        # fold s and a into V and recompute c = V·m: neither drifts over many epochs
+        # fold s, a and t into V and recompute c = V·m: nothing drifts over many epochs
         c[:] = 0.0
         for i in range(features):
             vr = v1[i]
             mi = m[i]
             for j in range(hidden):
                 vr[j] = s * (vr[j] + a[j] * mi)
+            if t != 0:
+                cr = ct[i]
+                for j in range(hidden):
+                    vr[j] += t * cr[j]
             if mi != 0:
                 for j in range(hidden):
                     c[j] += vr[j] * mi
         a[:] = 0.0
         s = np.float32(1.0)
+        t = np.float32(0.0)
     for i in range(features):
         for j in range(hidden):
             w1[j, i] = v1[i, j]
