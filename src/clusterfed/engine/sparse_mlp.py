@@ -98,26 +98,29 @@ def train_pairs(params: dict[str, torch.Tensor], rows: SparseRows, data: PaddedS
     stacked = torch.stack(orders, 1).numpy()  # [P, epochs, max_n]
     mm = np.float32(np.dot(rows.mode.astype(np.float64), rows.mode))
     no_pull = np.zeros(4, np.float32)
+    pixel_major: dict[int, np.ndarray] = {}  # the centre's W1ᵀ, once per model, not per pair
     for p, (d, n) in enumerate(zip(devices, counts)):
-        if penalty is None:
-            mu, centre = no_pull, (w1[p], b1[p], w2[p], b2[p])  # weight 0: the centre is never read
+        if penalty is None:  # weight 0: the centre is never read
+            mu, centre = no_pull, (np.zeros((1, w1.shape[1]), np.float32), b1[p], w2[p], b2[p])
         else:
             m = int(model_of_pair[p])
             mu = np.array([float(penalty.weight[k][m].reshape(-1)[0]) for k in keys], np.float32)
-            centre = tuple(np.ascontiguousarray(penalty.center[k][m].detach().numpy()) for k in keys)
+            if m not in pixel_major:
+                pixel_major[m] = np.ascontiguousarray(penalty.center[keys[0]][m].detach().numpy().T)
+            centre = (pixel_major[m],) + tuple(np.ascontiguousarray(penalty.center[k][m].detach().numpy())
+                                               for k in keys[1:])
         _pair_epochs(w1[p], b1[p], w2[p], b2[p], *centre, mu, rows.indptr, rows.feature, rows.value, rows.zm,
                      rows.mode, mm, y, d * rows.max_n, np.ascontiguousarray(stacked[p, :, :n]), batch_size,
                      np.float32(lr), np.float32(1.0 - 2.0 * lr * l2))
 
 
 @numba.njit(nogil=True, cache=True, fastmath={"reassoc", "contract"}, boundscheck=False)
-def _pair_epochs(w1, b1, w2, b2, cw1, cb1, cw2, cb2, mu, indptr, feature, value, zm, m, mm, y, base, orders,
+def _pair_epochs(w1, b1, w2, b2, ct, cb1, cw2, cb2, mu, indptr, feature, value, zm, m, mm, y, base, orders,
                  batch, lr, decay):  # pragma: no cover
     hidden, features = w1.shape
     n_classes = w2.shape[0]
     pulled = mu[0] != 0
-    v1 = np.ascontiguousarray(w1.T)  # W1 = s·(V + a·mᵀ) + t·C, V and C pixel-major
-    ct = np.ascontiguousarray(cw1.T) if pulled else np.zeros((1, hidden), np.float32)
+    v1 = np.ascontiguousarray(w1.T)  # W1 = s·(V + a·mᵀ) + t·C, V and C (= ct) pixel-major
     a = np.zeros(hidden, np.float32)
     c = np.zeros(hidden, np.float32)  # V·m
     cc = np.zeros(hidden, np.float32)  # C·m
