@@ -98,10 +98,11 @@ def train_pairs(params: dict[str, torch.Tensor], rows: SparseRows, data: PaddedS
     stacked = torch.stack(orders, 1).numpy()  # [P, epochs, max_n]
     mm = np.float32(np.dot(rows.mode.astype(np.float64), rows.mode))
     no_pull = np.zeros(4, np.float32)
+    unread_ct = np.zeros((1, w1.shape[1]), np.float32)  # stands for the centre's W1ᵀ when nothing pulls
     pixel_major: dict[int, np.ndarray] = {}  # the centre's W1ᵀ, once per model, not per pair
     for p, (d, n) in enumerate(zip(devices, counts)):
         if penalty is None:  # weight 0: the centre is never read
-            mu, centre = no_pull, (np.zeros((1, w1.shape[1]), np.float32), b1[p], w2[p], b2[p])
+            mu, centre = no_pull, (unread_ct, b1[p], w2[p], b2[p])
         else:
             m = int(model_of_pair[p])
             mu = np.array([float(penalty.weight[k][m].reshape(-1)[0]) for k in keys], np.float32)
