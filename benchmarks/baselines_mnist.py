@@ -20,7 +20,9 @@ Experiments (settings of the partition and the local SGD: ``seed_methods_mnist.p
   IFCA k = 3 / 5 (96.79 / 97.24).
   IFCA k = 4 (98.24), FedAvg (95.30), NoFed (91.37).
 - ``stocfl_rotated`` (StoCFL Table 1, N = 1200, |D| = 200, 10 %): FedProx (77.82),
-  Ditto (79.38), IFCA M̃ = 2 / 4 / 6 (86.12 / 91.00 / 92.15).
+  Ditto (79.38), IFCA M̃ = 2 / 4 / 6 (86.12 / 91.00 / 92.15), FedAvg (94.96). With
+  ``--model paper --sparse-inputs`` they train StoCFL's 784-2048-10 MLP:
+  ``--out benchmarks/out/baselines_paper``.
 - ``fedclust_label_skew`` (FedClust §5, label skew 20 %, 100 clients): FedProx, FedNova,
   LG-FedAvg, Per-FedAvg, CFL, PACFL, and FedAvg, Local, IFCA on every seed (no MNIST
   column in the paper).
@@ -76,6 +78,7 @@ METHODS: dict[str, dict[str, tuple[str, dict, float]]] = {
         "ifca_m2": ("ifca", {"n_clusters": 2}, 86.12),
         "ifca_m4": ("ifca", {"n_clusters": 4}, 91.00),
         "ifca_m6": ("ifca", {"n_clusters": 6}, 92.15),
+        "fedavg": ("fedavg", {}, 94.96),  # the network's effect: seed_methods_mnist.py's FedAvg row, on every seed
     },
     # FedClust §5 (label skew 20 %): Table 1's other rows; the paper prints no MNIST
     # column, so no figure. Its hyperparameters: Per-FedAvg α = 1e-2, CFL ε1 0.4 /
@@ -116,6 +119,12 @@ def run(args) -> None:
                 if out.is_file():
                     continue
                 params = params_for(experiment, seed, args.device, args.model)
+                if args.sparse_inputs:  # the sparse-input MLP kernel (README "Mostly-constant inputs")
+                    from clusterfed.config import parse_params
+
+                    raw = json.loads(params.model_dump_json())
+                    raw["training"]["sparse_inputs"] = True
+                    params = parse_params(raw, source=f"benchmark {experiment} --sparse-inputs")
                 t0, c0 = time.perf_counter(), time.process_time()
                 fed = build.build_federation(params, seed)
                 engine = build.build_engine(params, fed)
@@ -184,6 +193,8 @@ def main() -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--model", default="mlp", choices=["mlp", "cnn", "paper"],
                    help="the network (seed_methods_mnist.py: paper = each paper's own)")
+    p.add_argument("--sparse-inputs", action="store_true",
+                   help="train MLPs with the sparse-input kernel (same steps up to float rounding, less CPU)")
     p.add_argument("--out", default="benchmarks/out/baselines")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 when runs share cores)")
     p.add_argument("--summarize", action="store_true")
