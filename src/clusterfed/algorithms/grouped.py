@@ -21,14 +21,17 @@ def flat(params: StackedParams) -> torch.Tensor:
 
 
 def labels_clustering(labels: np.ndarray, params: StackedParams) -> Clustering:
-    """Cluster g holds the devices labelled g and is served row g of ``params``."""
+    """Cluster g holds the devices labelled g and is served row g of ``params``
+    (``params`` itself, not a copy, when every row serves: per-device methods hold
+    N models)."""
     labels = np.asarray(labels, dtype=np.int64)
     clusters = tuple(
         Cluster(id=int(g), devices=frozenset(np.flatnonzero(labels == g).tolist()))
         for g in range(int(labels.max()) + 1)
     )
     used = [i for i, c in enumerate(clusters) if c.devices]
-    return Clustering(tuple(clusters[i] for i in used), take(params, used))
+    every_row = used == list(range(len(next(iter(params.values())))))
+    return Clustering(tuple(clusters[i] for i in used), params if every_row else take(params, used))
 
 
 def per_device(params: StackedParams) -> Clustering:
@@ -37,9 +40,16 @@ def per_device(params: StackedParams) -> Clustering:
     return labels_clustering(np.arange(n), params)
 
 
-def replace_rows(params: StackedParams, rows: np.ndarray, new: StackedParams, ok: np.ndarray) -> StackedParams:
-    """``params`` with rows ``rows[ok]`` taken from ``new[ok]`` (a diverged row keeps its old value)."""
-    out = {k: v.clone() for k, v in params.items()}
+def replace_rows(
+    params: StackedParams, rows: np.ndarray, new: StackedParams, ok: np.ndarray, *, in_place: bool = False
+) -> StackedParams:
+    """``params`` with rows ``rows[ok]`` taken from ``new[ok]`` (a diverged row keeps its old value).
+
+    ``in_place`` writes into ``params`` instead of a copy: for a caller that owns
+    ``params`` and drops it, e.g. a personalised method's one model per device, where
+    a copy is a second set of N models (7.8 GB for StoCFL's N = 1200 and 784-2048-10
+    MLP, ``benchmarks/personal_memory.py``)."""
+    out = params if in_place else {k: v.clone() for k, v in params.items()}
     keep = np.flatnonzero(ok)
     if len(keep):
         idx = torch.as_tensor(np.asarray(rows)[keep], device=next(iter(params.values())).device)

@@ -40,6 +40,13 @@ def _finite(engine: Engine, params: StackedParams) -> np.ndarray:
     return ok
 
 
+def _or_global(engine: Engine, theta: StackedParams, w: StackedParams) -> StackedParams:
+    """``theta`` (one fresh row per device, owned by the caller) with each diverged row
+    replaced by the global model, in place: no second set of N models."""
+    bad = np.flatnonzero(~_finite(engine, theta))
+    return replace_rows(theta, bad, take(w, [0] * len(bad)), np.ones(len(bad), dtype=bool), in_place=True)
+
+
 @dataclass(frozen=True)
 class PersonalState:
     w: StackedParams  # what the server holds (one row; LG-FedAvg: the shared layers)
@@ -78,7 +85,8 @@ class Ditto(_Personalized):
         n = engine.n_devices
         pull = proximal_penalty({k: v.expand(n, *v.shape[1:]) for k, v in state.w.items()}, self.lam)  # w^t, a view per device
         v = engine.local_models(state.personal, participants, participants, ctx.generator, penalty=pull).params
-        personal = replace_rows(state.personal, participants, v, _finite(engine, v))
+        # in place: the driver keeps no earlier state, and a copy would be a second set of N models
+        personal = replace_rows(state.personal, participants, v, _finite(engine, v), in_place=True)
         return super().configure_round(engine, replace(state, personal=personal), participants, ctx)
 
     def aggregate(self, engine, state, plan, trained, ctx):
@@ -104,7 +112,7 @@ class PerFedAvg(_Personalized):
         full = int(engine.counts("train").max())
         one_step = replace(engine.training, lr=self.alpha, batch_size=max(full, 1), local_epochs=1)
         theta = engine.local_models(w, np.zeros(n, dtype=np.int64), np.arange(n), gen, training=one_step).params
-        return replace_rows(take(w, [0] * n), np.arange(n), theta, _finite(engine, theta))
+        return _or_global(engine, theta, w)
 
     def configure_round(self, engine, state, participants, ctx):
         state, plan = super().configure_round(engine, state, participants, ctx)
@@ -150,7 +158,7 @@ class PFedMe(_Personalized):
             w, np.zeros(n, dtype=np.int64), np.arange(n), gen, training=inner, data=batch,
             penalty=proximal_penalty(w, self.lam),
         ).params
-        return replace_rows(take(w, [0] * n), np.arange(n), theta, _finite(engine, theta))
+        return _or_global(engine, theta, w)
 
     def configure_round(self, engine, state, participants, ctx):
         state, plan = super().configure_round(engine, state, participants, ctx)
@@ -185,11 +193,12 @@ class LGFedAvg(_Personalized):
 
     def aggregate(self, engine, state, plan, trained, ctx):
         ok = _finite(engine, trained)
-        personal = replace_rows(state.personal, plan.devices, trained, ok)
+        personal = replace_rows(state.personal, plan.devices, trained, ok, in_place=True)  # as Ditto's
         head = state.w
         if ok.any():  # the shared head: the engine's |Z^train|-weighted average of the finite uploads
             head = engine.aggregate({k: trained[k] for k in head}, np.zeros(len(plan.devices), dtype=np.int64),
                                     plan.devices, head, rejected=np.flatnonzero(~ok))
         n = engine.n_devices
-        personal = {k: (take(head, [0] * n)[k] if k in head else v) for k, v in personal.items()}
+        shared = take(head, [0] * n)
+        personal = {k: (shared[k] if k in head else v) for k, v in personal.items()}
         return PersonalState(head, personal)
