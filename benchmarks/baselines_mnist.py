@@ -119,12 +119,15 @@ def run(args) -> None:
                 if out.is_file():
                     continue
                 params = params_for(experiment, seed, args.device, args.model)
-                if args.sparse_inputs:  # the sparse-input MLP kernel (README "Mostly-constant inputs")
+                training = {k: v for k, v in (("sparse_inputs", args.sparse_inputs or None),
+                                              ("local_epochs", args.local_epochs), ("batch_size", args.batch_size))
+                            if v is not None}
+                if training:  # e.g. the sparse-input MLP kernel (README "Mostly-constant inputs")
                     from clusterfed.config import parse_params
 
                     raw = json.loads(params.model_dump_json())
-                    raw["training"]["sparse_inputs"] = True
-                    params = parse_params(raw, source=f"benchmark {experiment} --sparse-inputs")
+                    raw["training"].update(training)
+                    params = parse_params(raw, source=f"benchmark {experiment} training {training}")
                 t0, c0 = time.perf_counter(), time.process_time()
                 fed = build.build_federation(params, seed)
                 engine = build.build_engine(params, fed)
@@ -195,6 +198,8 @@ def main() -> None:
                    help="the network (seed_methods_mnist.py: paper = each paper's own)")
     p.add_argument("--sparse-inputs", action="store_true",
                    help="train MLPs with the sparse-input kernel (same steps up to float rounding, less CPU)")
+    p.add_argument("--local-epochs", type=int, default=None, help="replace the experiment's local epochs a round")
+    p.add_argument("--batch-size", type=int, default=None, help="replace the experiment's local batch size")
     p.add_argument("--out", default="benchmarks/out/baselines")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 when runs share cores)")
     p.add_argument("--summarize", action="store_true")
