@@ -86,7 +86,9 @@ EXPERIMENTS: dict[str, dict] = {
         "params": {
             "scenario": {"name": "rotated", "group_sizes": [300, 300, 300, 300], "samples_per_device": 200,
                          "test_samples_per_device": 30, "val_fraction": 0.05},
-            "training": {"lr": 0.1, "l2": 0.0, "batch_size": 200, "participation": 0.1},
+            # §5: "5 epochs of local SGD with full batch size" for every method, not
+            # StoCFL alone (before session 25 the baselines ran 1: RESULTS §7)
+            "training": {"lr": 0.1, "l2": 0.0, "batch_size": 200, "local_epochs": 5, "participation": 0.1},
             "coldstart": {"algorithms": ["stocfl", "fedavg", "ifca"], "rounds": 100, "ifca": {"n_clusters": 4},
                           "stocfl": {"tau": 0.5, "lam": 0.05, "local_epochs": 5}},
         },
