@@ -82,6 +82,8 @@ METHODS: dict[str, dict[str, tuple[str, dict, float]]] = {
         "ifca_m2": ("ifca", {"n_clusters": 2}, 86.12),
         "ifca_m4": ("ifca", {"n_clusters": 4}, 91.00),
         "ifca_m6": ("ifca", {"n_clusters": 6}, 92.15),
+        # IFCA §5's restarts, as for stocfl_shifted (not a StoCFL row: its IFCA starts once)
+        "ifca_m6_restarts": ("ifca", {"n_clusters": 6, "restarts": 4, "restart_rounds": 5}, 92.15),
         "fedavg": ("fedavg", {}, 94.96),  # the network's effect: seed_methods_mnist.py's FedAvg row, on every seed
     },
     # FedClust §5 (label skew 20 %): Table 1's other rows; the paper prints no MNIST
@@ -141,6 +143,9 @@ def run(args) -> None:
                 acc, stderr = mean_stderr(result.device_accuracy)
                 record = {
                     "experiment": experiment, "method": method, "seed": seed, "kwargs": kwargs,
+                    "training": params.training.model_dump(include={"lr", "batch_size", "local_epochs", "l2",
+                                                                     "participation", "sparse_inputs"}),
+                    "model": params.model.model_dump(),
                     "accuracy": acc, "accuracy_stderr": stderr, "n_clusters": result.n_clusters,
                     **clustering_scores(fed.groups, result.model_of_device),
                     **traffic_scores(result.history, params.evaluate.target_accuracy),
