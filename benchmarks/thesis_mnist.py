@@ -116,7 +116,8 @@ def _setting(text: str) -> tuple[str, object]:
 
 
 def _key(row: dict) -> tuple:
-    return (row["scenario"], row["algorithm"], row["seed"], row["epochs"], row.get("local_epochs", 1))
+    return (row["scenario"], row["algorithm"], row["seed"], row["epochs"], row.get("local_epochs", 1),
+            row.get("lr", 0.01))
 
 
 def _claim(out: Path, key: tuple) -> bool:
@@ -183,10 +184,10 @@ def run(args) -> None:
     out = Path(args.out)
     done = {_key(r) for r in read_rows(out)}
     ds = load_dataset("mnist", args.root)
-    training = TrainingConfig(lr=0.01, l2=0.001, batch_size=10, local_epochs=args.local_epochs)
+    training = TrainingConfig(lr=args.lr, l2=0.001, batch_size=10, local_epochs=args.local_epochs)
     for scenario in args.scenarios:
         for seed in args.seeds:
-            todo = [a for a in args.algorithms if (scenario, a, seed, args.epochs, args.local_epochs) not in done]
+            todo = [a for a in args.algorithms if (scenario, a, seed, args.epochs, args.local_epochs, args.lr) not in done]
             if not todo:
                 continue
             if args.construction == "authors":
@@ -196,7 +197,7 @@ def run(args) -> None:
             eng = Engine(fed, model="mlp", training=training, hidden=128, device=args.device,
                          sparse_inputs=args.sparse_inputs)
             for name in todo:
-                key = (scenario, name, seed, args.epochs, args.local_epochs)
+                key = (scenario, name, seed, args.epochs, args.local_epochs, args.lr)
                 # another worker on the same out file may have done or started it meanwhile
                 if key in {_key(r) for r in read_rows(out)} or not _claim(out, key):
                     print(f"[{datetime.now():%H:%M:%S}] {scenario} seed {seed} {name}: done or "
@@ -219,6 +220,7 @@ def run(args) -> None:
                     "epochs": args.epochs,
                     "construction": args.construction,
                     "local_epochs": args.local_epochs,
+                    "lr": args.lr,
                     "init_epochs": args.init_epochs if name == "faacl" else None,
                     "variant": args.variant if name == "faacl" else None,
                     "supporter_weight": args.supporter_weight if name == "faacl" else None,
@@ -430,6 +432,9 @@ def main() -> None:
     ap.add_argument("--construction", choices=["thesis", "authors"], default="thesis")
     ap.add_argument("--users", type=int, default=None, help="authors' construction: FedProx users (1000)")
     ap.add_argument("--local-epochs", type=int, default=1, help="local epochs per round (the authors: 10)")
+    ap.add_argument("--lr", type=float, default=0.01,
+                    help="local SGD learning rate (thesis Table B.4: 0.01; the authors' TrainConfig: 0.001); "
+                         "rows record it; rows without one ran at 0.01")
     ap.add_argument("--init-epochs", type=int, default=5, help="FAACL's Alg. 1 epochs (the authors: 500)")
     ap.add_argument("--variant", choices=["flat", "hierarchical"], default="flat")
     ap.add_argument("--supporter-weight", type=float, default=1.0,
