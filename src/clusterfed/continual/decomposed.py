@@ -14,7 +14,10 @@ device (one row each) and per kernel (parameters named ``*weight``):
 θ = B ⊙ σ(m) + A + Σ_j α_j K_j; biases are the device's own (not decomposed). As in
 the authors' code (github wyjeong/FedWeIT, jaehong31/APD): the mask is one logit per
 output unit, squashed by σ; A starts at B / 3 when a task begins; the served model
-prunes A to |A| > λ1; past tasks' A and masks are frozen, so the retroactive term
+prunes A to |A| > λ1; past tasks' A and masks are frozen (the authors' code trains
+only the current task's variables: ``retroactive=False``; FedWeIT's Eq. 2 also lists
+ΔA^(i), a retroactive update of past A that would absorb B's change, RESULTS §12,
+session 26), so the retroactive term
 λ2/2 Σ_{i<t} ‖B ⊙ σ(m_i) + A_i − θ_i*‖² (θ_i* the task-i kernel when task t began)
 is ½ λ2 Σ_i σ(m_i)² (B − B*)² with B* the base when task t began: only Σ_i σ(m_i)²
 (``retro``) and B* (``anchor``) need keeping. Differences from the authors' code:
