@@ -122,6 +122,32 @@ def test_accumulated_support_keeps_a_supporter_the_test_no_longer_finds(s2_engin
             assert c.sup == (same | {planted[c.id]} if accumulate else same)
 
 
+def test_an_empty_cluster_lists_no_supporter_so_it_neither_trains_nor_merges(s2_engine):
+    """C-FAACL keeps a cluster whose devices all left as the memory of its concept.
+    Here it holds concept 0's model, and concept-0 device 0's own cluster finds that
+    model supportive. Read vacuously ("every device of C1 ..." over no devices), the
+    empty cluster would list every cluster, train on all six devices and merge with
+    device 0's cluster. With no supporter it keeps its model through Alg. 4's training
+    and is still there after Alg. 3's merge, with or without ``accumulate``."""
+    fed, engine = s2_engine
+    trained = cluster_initialization(engine, torch.Generator().manual_seed(0), init_epochs=40)
+    memory_row = 0  # device 0's trained model (concept 0) as the remembered one
+    params = {k: torch.cat([v, v[memory_row : memory_row + 1]]) for k, v in trained.params.items()}
+    empty = Cluster(id=99, devices=frozenset(), sup=frozenset({1, 2}))
+    clustering = Clustering(trained.clusters + (empty,), params)
+    for accumulate in (False, True):
+        out = cluster_support(engine, clustering, alpha=0.1, epsilon=0.5, accumulate=accumulate)
+        assert out.clusters[-1].sup == set()
+        assert 99 in out.clusters[0].sup  # the remembered concept-0 model supports device 0
+        models, _ = out.training_pairs()
+        assert len(out.clusters) - 1 not in models.tolist()  # no (model, device) pair for it
+        after = cluster_train(engine, out, torch.Generator().manual_seed(1))
+        for k, v in after.params.items():
+            assert torch.equal(v[-1], params[k][-1]), k  # the remembered model is untouched
+        merged = cluster_merge(out, np.random.default_rng(0))
+        assert [c.id for c in merged.clusters if not c.devices] == [99]
+
+
 def test_support_is_restricted_to_partitions(s2_engine):
     _, engine = s2_engine
     clustering = cluster_initialization(engine, torch.Generator().manual_seed(0), init_epochs=40)

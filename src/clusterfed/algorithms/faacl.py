@@ -64,6 +64,13 @@ def cluster_support(
     current clusters; ``accumulate`` adds the supporters found to those C1 already
     lists instead (the authors' code: a test only ever adds a supporter, which C1 keeps
     until it merges).
+
+    A cluster with no devices (C-FAACL keeps one when its concept leaves, as the
+    memory its global concept search returns to) has nobody to run the test, so it
+    lists no supporter. Read literally, "every device of C1" would hold vacuously: the
+    empty cluster would be supported by every cluster, train on every device (Alg. 4)
+    and merge with the first cluster that finds its model no worse, so the remembered
+    concept would be overwritten or lost (RESULTS §8, session 26).
     """
     clusters = clustering.clusters
     m = len(clusters)
@@ -93,10 +100,12 @@ def cluster_support(
         p = support_pvalues(np.concatenate(own), np.concatenate(other), epsilon, counts=np.concatenate(sizes))
         np.logical_or.at(failed, (np.concatenate(c1), np.concatenate(c2)), ~significant(p, alpha))
     supported = compared & ~failed
+    supported[[not c.devices for c in clusters]] = False  # an empty cluster lists no supporter
     new = tuple(
         Cluster(
             id=c.id, devices=c.devices,
-            sup=frozenset(clusters[j].id for j in np.flatnonzero(supported[i])) | (c.sup if accumulate else frozenset()),
+            sup=frozenset(clusters[j].id for j in np.flatnonzero(supported[i]))
+            | (c.sup if accumulate and c.devices else frozenset()),
         )
         for i, c in enumerate(clusters)
     )
@@ -444,7 +453,7 @@ class FAACL(ColdStart[FAACLState]):
 def _partition_of_cluster(clusters, partition_of_device) -> list[int]:
     if partition_of_device is None:
         return [0] * len(clusters)
-    return [int(partition_of_device[min(c.devices)]) for c in clusters]
+    return [int(partition_of_device[min(c.devices)]) if c.devices else -1 for c in clusters]
 
 
 def _remap_sup(sup: frozenset[int], partner: dict[int, tuple[int, int]], old: set[int]) -> frozenset[int]:
