@@ -148,6 +148,23 @@ def test_an_empty_cluster_lists_no_supporter_so_it_neither_trains_nor_merges(s2_
         assert [c.id for c in merged.clusters if not c.devices] == [99]
 
 
+def test_two_empty_clusters_under_partitions_are_skipped_not_evaluated(s2_engine):
+    """Under H-FAACL's partitions, every emptied cluster lands in partition −1; two of them
+    form a "partition" of clusters with no device to test on. It is skipped (no engine
+    call over zero devices) and the other clusters' supports are what they are without
+    the empty ones."""
+    _, engine = s2_engine
+    trained = cluster_initialization(engine, torch.Generator().manual_seed(0), init_epochs=40)
+    partition = np.array([0, 1, 0, 1, 0, 1])
+    alone = cluster_support(engine, trained, alpha=0.1, epsilon=0.5, partition_of_device=partition)
+    params = {k: torch.cat([v, v[:2]]) for k, v in trained.params.items()}
+    empties = (Cluster(id=98, devices=frozenset()), Cluster(id=99, devices=frozenset()))
+    out = cluster_support(engine, Clustering(trained.clusters + empties, params), alpha=0.1, epsilon=0.5,
+                          partition_of_device=partition)
+    assert [c.sup for c in out.clusters[-2:]] == [frozenset(), frozenset()]
+    assert [c.sup for c in out.clusters[:-2]] == [c.sup for c in alone.clusters]
+
+
 def test_support_is_restricted_to_partitions(s2_engine):
     _, engine = s2_engine
     clustering = cluster_initialization(engine, torch.Generator().manual_seed(0), init_epochs=40)

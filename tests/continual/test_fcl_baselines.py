@@ -92,15 +92,15 @@ def a2(digits):
     return Engine(fed, hidden=32, training=TrainingConfig(lr=LR, l2=L2, batch_size=BATCH), device="cpu")
 
 
-def _decomposed(engine, n, seed=0):
+def _decomposed(engine, n, seed=0, head="shared"):
     """Task 1 of a decomposition with a non-trivial knowledge base, drift weights and anchor."""
     g = torch.Generator().manual_seed(seed)
-    parts = Decomposed.start(engine.init_params(n, g, distinct=True), knowledge=n)
+    parts = Decomposed.start(engine.init_params(n, g, distinct=True), knowledge=n, head=head)
     parts = parts.with_variables({k: v + 0.3 * torch.randn(v.shape, generator=g) for k, v in parts.variables().items()})
     return parts.new_task(parts.pruned_adaptive(1e-3))
 
 
-@pytest.mark.parametrize("method", ["fedweit", "apd", "ssgd"])
+@pytest.mark.parametrize("method", ["fedweit", "apd", "ssgd", "fedweit_per_task_head"])
 def test_batched_composed_round_equals_per_device_reference(a2, method, monkeypatch):
     devices = torch.arange(4)
     data = a2.data.train
@@ -111,7 +111,8 @@ def test_batched_composed_round_equals_per_device_reference(a2, method, monkeypa
         objective, make = Proximal(0.3, center), lambda p: Proximal(0.3, _rows(center, p))
         dropout = 0.5
     else:
-        parts = _decomposed(a2, 4)
+        parts = _decomposed(a2, 4, head="per_task" if method.endswith("per_task_head") else "shared")
+        method = method.removesuffix("_per_task_head")
         knowledge = parts.knowledge if method == "fedweit" else {}
         variables = parts.variables() if method == "fedweit" else {
             k: v for k, v in parts.variables().items() if not k.startswith("attention/")
@@ -145,7 +146,7 @@ def test_batched_composed_round_equals_per_device_reference(a2, method, monkeypa
         assert via_engine.params[k].shape == variables[k].shape and bool(torch.isfinite(via_engine.params[k]).all())
 
 
-@pytest.mark.parametrize("method", ["fedweit", "apd", "ssgd"])
+@pytest.mark.parametrize("method", ["fedweit", "apd", "ssgd", "apd_per_task_head"])
 def test_closed_form_gradients_are_the_chain_rule_through_compose_and_penalty(a2, method):
     """What the engine steps along (``gradients``) is autograd of ⟨compose(φ), G⟩ + penalty(φ)."""
     g = torch.Generator().manual_seed(5)
@@ -153,7 +154,8 @@ def test_closed_form_gradients_are_the_chain_rule_through_compose_and_penalty(a2
         variables = a2.init_params(3, g, distinct=True)
         objective = Proximal(0.3, {k: v + 0.1 * torch.randn(v.shape, generator=g) for k, v in variables.items()})
     else:
-        parts = _decomposed(a2, 3, seed=1)
+        parts = _decomposed(a2, 3, seed=1, head="per_task" if method.endswith("per_task_head") else "shared")
+        method = method.removesuffix("_per_task_head")
         variables = parts.variables()
         center = {k: v + 0.05 for k, v in parts.base.items()}
         objective = AdditiveComposition(parts.knowledge if method == "fedweit" else {}, parts.anchor, parts.retro,
@@ -216,7 +218,7 @@ def test_served_model_prunes_small_adaptive_weights_and_adds_the_knowledge_base(
     a[0, 0, 0], a[1, 2, 3] = 5e-4, -5e-4  # below λ1 = 1e-3: pruned when served
     m, alpha = torch.randn(2, 3, generator=g), torch.tensor([[0.5], [-1.0]])
     variables = {"base/l.weight": b, "mask/l.weight": m, "adaptive/l.weight": a, "attention/l.weight": alpha,
-                 "bias/l.bias": torch.zeros(2, 3)}
+                 "own/l.bias": torch.zeros(2, 3)}
     served = compose(variables, {"l.weight": k}, prune=1e-3)["l.weight"]
     pruned = a.clone()
     pruned[0, 0, 0] = pruned[1, 2, 3] = 0.0
@@ -248,6 +250,48 @@ def test_apd_drift_term_is_the_reconstruction_error_of_past_task_weights():
     # and the new task starts from the current base: A = B / 3, σ(m) = ½
     torch.testing.assert_close(parts.adaptive["l.weight"], anchor / 3)
     torch.testing.assert_close(parts.compose()["l.weight"], anchor * (0.5 + 1 / 3))
+
+
+def test_a_per_task_head_is_the_devices_own_and_restarts_at_each_task():
+    """head = "per_task" (the authors' code): the output layer is left out of the
+    decomposition (no B, m, A, drift or knowledge entry), trained as the device's own
+    parameter, and every task starts from the initial head while the biases of the body
+    carry on."""
+    g = torch.Generator().manual_seed(4)
+    theta0 = {"hidden.weight": torch.randn(2, 5, 3, generator=g), "hidden.bias": torch.randn(2, 5, generator=g),
+              "output.weight": torch.randn(2, 4, 5, generator=g), "output.bias": torch.randn(2, 4, generator=g)}
+    parts = Decomposed.start(theta0, knowledge=2, head="per_task")
+    assert set(parts.base) == set(parts.mask) == set(parts.adaptive) == set(parts.knowledge) == {"hidden.weight"}
+    assert set(parts.own) == {"hidden.bias", "output.weight", "output.bias"}
+    trained = parts.with_variables({k: v + 1.0 for k, v in parts.variables().items()})
+    torch.testing.assert_close(trained.compose()["output.weight"], theta0["output.weight"] + 1.0)  # as it is
+    nxt = trained.new_task(trained.pruned_adaptive(1e-3))
+    for k in ("output.weight", "output.bias"):
+        assert torch.equal(nxt.own[k], theta0[k])  # the new task's head starts afresh
+    assert torch.equal(nxt.own["hidden.bias"], theta0["hidden.bias"] + 1.0)  # the body's biases carry on
+    assert torch.equal(Decomposed.from_extras(nxt.extras()).head_start["output.weight"], theta0["output.weight"])
+    shared = Decomposed.start(theta0, knowledge=2)
+    assert set(shared.base) == {"hidden.weight", "output.weight"} and shared.head_start == {}
+    with pytest.raises(ValueError, match="head must be"):
+        Decomposed.start(theta0, knowledge=2, head="multi")
+    with pytest.raises(ValueError, match="output layer named output"):
+        Decomposed.start({"l.weight": theta0["hidden.weight"]}, knowledge=0, head="per_task")
+
+
+def test_fedweit_per_task_heads_are_never_averaged(digits):
+    """The server averages only the decomposed bases: after training, devices of different
+    concepts hold different heads, and a new task resets every head to the initial one."""
+    engine = _engine(digits, [0, 0, 1, 1], seed=2)
+    method = FedWeIT(rounds=3, head="per_task")
+    state = method.cold_start(engine, seed=3)
+    head = state.extras["own"]["output.weight"]
+    assert not torch.equal(head[0], head[2]) and not torch.equal(head[0], head[1])
+    start = state.extras["head_start"]["output.weight"]
+    assert not torch.equal(head, start)  # trained
+    nxt = method.arrive(state, engine, 1, None)
+    assert torch.equal(nxt.extras["own"]["output.weight"], start)
+    served = nxt.clustering.params["output.weight"]
+    torch.testing.assert_close(served, start)
 
 
 def test_fedweit_l1_makes_task_adaptive_weights_sparse(digits):

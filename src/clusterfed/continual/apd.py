@@ -30,7 +30,7 @@ from dataclasses import replace
 import numpy as np
 
 from clusterfed.algorithms.protocol import Context
-from clusterfed.continual.decomposed import OPTIMISER, AdditiveComposition, Decomposed, kept_rows, optimiser, per_device
+from clusterfed.continual.decomposed import HEAD, OPTIMISER, AdditiveComposition, Decomposed, kept_rows, optimiser, per_device
 from clusterfed.continual.memory import Memory
 from clusterfed.continual.protocol import ContinualMethod
 from clusterfed.continual.state import ContinualState
@@ -48,17 +48,18 @@ class FedProxAPD(ContinualMethod):
         Param("mu", 0.01, "weight of FedProx's proximal term on the shared σ", symbol="μ", ge=0.0),
         Param("lambda1", 1e-3, "L1 weight on the task-adaptive τ, also its pruning threshold", symbol="λ1", ge=0.0),
         Param("lambda2", 10.0, "weight of the retroactive term keeping past tasks' weights", symbol="λ2", ge=0.0),
-    ) + OPTIMISER
+    ) + OPTIMISER + HEAD
     mu: float
     lambda1: float
     lambda2: float
     optimizer: str
     adam_lr: float
+    head: str
 
     def initial_state(self, engine: Engine, ctx: Context) -> ContinualState:
         n = engine.n_devices
         theta = engine.init_params(n, ctx.generator, distinct=False)
-        return self._state(Decomposed.start(theta, knowledge=0), Memory.empty(n))
+        return self._state(Decomposed.start(theta, knowledge=0, head=self.head), Memory.empty(n))
 
     def arrive(self, state: ContinualState, engine: Engine, t: int, ctx: Context) -> ContinualState:
         """A timestep is a new task for every device."""

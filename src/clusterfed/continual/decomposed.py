@@ -11,7 +11,11 @@ device (one row each) and per kernel (parameters named ``*weight``):
     base B [n, *shape]     mask m [n, out]     adaptive A [n, *shape]
     attention α [n, J]     knowledge K [J, *shape] (the same for every device)
 
-θ = B ⊙ σ(m) + A + Σ_j α_j K_j; biases are the device's own (not decomposed). As in
+θ = B ⊙ σ(m) + A + Σ_j α_j K_j; biases are the device's own (not decomposed). With
+``head = "per_task"`` the output layer is the device's own too, restarted from the
+initial model's head at each task, as the authors' code gives each task its own
+softmax head, outside the decomposition and never sent (``modules/nets.py``
+``add_head``; RESULTS §12, session 27). As in
 the authors' code (github wyjeong/FedWeIT, jaehong31/APD): the mask is one logit per
 output unit, squashed by σ; A starts at B / 3 when a task begins; the served model
 prunes A to |A| > λ1; past tasks' A and masks are frozen (the authors' code trains
@@ -27,7 +31,7 @@ engine's SGD (they use Adam).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 
 import torch
@@ -49,6 +53,16 @@ OPTIMISER = (
     Param("adam_lr", 1e-3 / 3, "Adam's learning rate when optimizer is adam (FedWeIT authors: 1e-3/3)", gt=0.0),
 )
 
+#: The output layer: decomposed and shared like every kernel (one head for every task), or
+#: each task's own head, local to the device and restarted at each task (the authors' code).
+HEAD = (
+    Param("head", "shared", "output layer: decomposed like the body (shared) or a local head per task (the authors')",
+          kind=str, choices=("shared", "per_task")),
+)
+
+#: Parameter-name prefix of every model's output layer (``clusterfed.models``).
+HEAD_PREFIX = "output."
+
 
 def optimiser(method, engine) -> dict:
     """``Engine.local_composed``'s arguments for ``method.optimizer``."""
@@ -58,7 +72,7 @@ def optimiser(method, engine) -> dict:
 
 
 #: The trained parts (``variables``) and the bookkeeping kept beside them.
-TRAINED = ("base", "mask", "adaptive", "attention", "bias")
+TRAINED = ("base", "mask", "adaptive", "attention", "own")
 
 
 def _units(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -73,27 +87,36 @@ class Decomposed:
     base: StackedParams
     mask: StackedParams
     adaptive: StackedParams
-    bias: StackedParams
+    own: StackedParams  # the device's own, not decomposed: biases (and a per-task head)
     anchor: StackedParams
     retro: StackedParams
     attention: StackedParams  # empty without a knowledge base (APD)
     knowledge: StackedParams  # empty without a knowledge base (APD)
+    head_start: StackedParams = field(default_factory=dict)  # each task's initial head; empty if shared
 
     @classmethod
-    def start(cls, theta: StackedParams, *, knowledge: int) -> "Decomposed":
+    def start(cls, theta: StackedParams, *, knowledge: int, head: str = "shared") -> "Decomposed":
         """Task 0 from one model per device: B = θ, σ(m) = ½, A = B / 3; a knowledge base
-        of ``knowledge`` entries (0: none) starts empty (zeros) with α = 0."""
-        kernels = {k: v for k, v in theta.items() if is_regularized(k)}
+        of ``knowledge`` entries (0: none) starts empty (zeros) with α = 0. ``head =
+        "per_task"`` keeps the output layer out of the decomposition, and each task's
+        head starts from θ's."""
+        if head not in ("shared", "per_task"):
+            raise ValueError(f"head must be 'shared' or 'per_task', got {head!r}")
+        local_head = {k for k in theta if head == "per_task" and k.startswith(HEAD_PREFIX)}
+        if head == "per_task" and not local_head:
+            raise ValueError(f"head = 'per_task' needs an output layer named {HEAD_PREFIX}*, got {sorted(theta)}")
+        kernels = {k: v for k, v in theta.items() if is_regularized(k) and k not in local_head}
         n = next(iter(theta.values())).shape[0]
         return cls(
             base={k: v.clone() for k, v in kernels.items()},
             mask={k: v.new_zeros(v.shape[:2]) for k, v in kernels.items()},
             adaptive={k: v / 3.0 for k, v in kernels.items()},
-            bias={k: v.clone() for k, v in theta.items() if k not in kernels},
+            own={k: v.clone() for k, v in theta.items() if k not in kernels},
             anchor={k: v.clone() for k, v in kernels.items()},
             retro={k: v.new_zeros(v.shape[:2]) for k, v in kernels.items()},
             attention={k: v.new_zeros(n, knowledge) for k, v in kernels.items()} if knowledge else {},
             knowledge={k: v.new_zeros(knowledge, *v.shape[1:]) for k, v in kernels.items()} if knowledge else {},
+            head_start={k: theta[k].clone() for k in local_head},
         )
 
     # -- the trained variables, flat (``part/name``) for the engine -------------------------
@@ -111,10 +134,11 @@ class Decomposed:
 
     def new_task(self, knowledge: StackedParams | None = None) -> "Decomposed":
         """A new task begins: the finished task's mask joins the drift weights, the
-        anchor is the current base, A restarts at B / 3, m and α at 0; ``knowledge``
-        replaces the knowledge base."""
+        anchor is the current base, A restarts at B / 3, m and α at 0, a per-task head at
+        its initial value; ``knowledge`` replaces the knowledge base."""
         return replace(
             self,
+            own={k: self.head_start.get(k, v).clone() for k, v in self.own.items()},
             retro={k: v + torch.sigmoid(self.mask[k]).square() for k, v in self.retro.items()},
             anchor={k: v.clone() for k, v in self.base.items()},
             mask={k: torch.zeros_like(v) for k, v in self.mask.items()},
@@ -137,11 +161,12 @@ class Decomposed:
 
 
 def compose(variables: StackedParams, knowledge: StackedParams, *, prune: float | None = None) -> StackedParams:
-    """θ = B ⊙ σ(m) + A + Σ_j α_j K_j per kernel, biases as they are (differentiable)."""
+    """θ = B ⊙ σ(m) + A + Σ_j α_j K_j per kernel, the device's own parameters as they
+    are (differentiable)."""
     theta = {}
     for name, v in variables.items():
         part, k = name.split("/", 1)
-        if part == "bias":
+        if part == "own":
             theta[k] = v
         elif part == "base":
             a = variables[f"adaptive/{k}"]
@@ -184,11 +209,11 @@ class AdditiveComposition:
 
     def gradients(self, variables: StackedParams, theta_grad: StackedParams) -> StackedParams:
         """With G = ∇_θ and s = σ(m): ∇_B = G ⊙ s + (λ2 retro + μ) ⊙ B − (λ2 retro ⊙ B* + μ c),
-        ∇_m = Σ_in G ⊙ B · s(1 − s), ∇_A = G + λ1 sign(A), ∇_α = ⟨G, K_j⟩, ∇_bias = G."""
+        ∇_m = Σ_in G ⊙ B · s(1 − s), ∇_A = G + λ1 sign(A), ∇_α = ⟨G, K_j⟩, ∇_own = G."""
         out = {}
         for name, v in variables.items():
             part, k = name.split("/", 1)
-            if part == "bias":
+            if part == "own":
                 out[name] = theta_grad[k]
             elif part == "base":
                 g, a = theta_grad[k], variables[f"adaptive/{k}"]

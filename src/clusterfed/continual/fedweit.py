@@ -36,7 +36,7 @@ import torch
 
 from clusterfed.algorithms.protocol import Context
 from clusterfed.continual.decomposed import (
-    OPTIMISER, AdditiveComposition, Decomposed, _units, kept_rows, optimiser, per_device,
+    HEAD, OPTIMISER, AdditiveComposition, Decomposed, _units, kept_rows, optimiser, per_device,
 )
 from clusterfed.continual.memory import Memory
 from clusterfed.continual.protocol import ContinualMethod
@@ -80,17 +80,18 @@ class FedWeIT(ContinualMethod):
               symbol="λ2", ge=0.0),
         Param("sparsity", 0.3, "share of base units, smallest |mask| first, a client withholds from each upload",
               symbol="ρ", ge=0.0, lt=1.0),
-    ) + OPTIMISER
+    ) + OPTIMISER + HEAD
     lambda1: float
     lambda2: float
     sparsity: float
     optimizer: str
     adam_lr: float
+    head: str
 
     def initial_state(self, engine: Engine, ctx: Context) -> ContinualState:
         n = engine.n_devices
         theta = engine.init_params(n, ctx.generator, distinct=False)
-        return self._state(Decomposed.start(theta, knowledge=n), Memory.empty(n))
+        return self._state(Decomposed.start(theta, knowledge=n, head=self.head), Memory.empty(n))
 
     def arrive(self, state: ContinualState, engine: Engine, t: int, ctx: Context) -> ContinualState:
         """A timestep is a new task: every client's pruned A of the finished task forms
