@@ -63,6 +63,7 @@ def build_federation(params: Params, seed: int) -> Federation:
             val_fraction=s.val_fraction,
             noise=s.noise,
             scarcity=s.scarcity,
+            s1_out_of_range=s.s1_out_of_range,
         )
     else:
         second = None if s.second_dataset is None else load_dataset(s.second_dataset, params.data.root, seed=seed)
@@ -184,7 +185,7 @@ def timestep_engines(params: Params, schedule: np.ndarray, seed: int) -> Callabl
             fed = federation_from_concepts(
                 dataset, s.name, schedule[:, t], n_concepts=2, seed=timestep_seed(seed, t),
                 samples_per_device=c.samples_per_device, test_samples_per_device=c.test_samples_per_device,
-                val_fraction=s.val_fraction, noise=s.noise, scarcity=s.scarcity,
+                val_fraction=s.val_fraction, noise=s.noise, scarcity=s.scarcity, s1_out_of_range=s.s1_out_of_range,
             )
         return build_engine(params, fed)
 

@@ -16,6 +16,7 @@ from clusterfed import declared, registry
 from clusterfed.data import DATASETS
 from clusterfed.hyperparams import Param, Section, markdown_table, section_model
 from clusterfed.scenarios import NoiseParams, ScarcityParams
+from clusterfed.scenarios.static import S1_OUT_OF_RANGE
 from clusterfed.scenarios.authors import authors_devices, default_users
 
 # The declarations are read from the methods' source, not imported (no torch here).
@@ -72,6 +73,11 @@ class ScenarioParams(_Section):
     )
     noise: NoiseParams = NoiseParams()
     scarcity: ScarcityParams = ScarcityParams()
+    s1_out_of_range: Literal[S1_OUT_OF_RANGE] = Field(  # type: ignore[valid-type]
+        "relabel", description="S1, thesis construction: a device's samples outside its label range get a random "
+        "in-range label (relabel: the authors' cold-start code) or it draws only in-range samples (exclusive: "
+        "the thesis text, §3.3.2)."
+    )
     angles: list[int] = [0, 90, 180, 270]
     shifts: list[int] = [0, 3, 6, 9]
     label_groups: list[list[Annotated[int, Field(ge=0)]]] = [[0, 1, 2], [3, 4], [5, 6], [7, 8, 9]]
@@ -257,6 +263,9 @@ def _cross_checks(params: Params) -> list[str]:
                 f"coldstart.algorithms: {full} need every device in every round "
                 f"(training.participation is {params.training.participation})"
             )
+    if s.s1_out_of_range != "relabel" and (s.name != "S1" or s.construction != "thesis"):
+        out.append(f"scenario.s1_out_of_range: read only by S1 under the thesis construction, not "
+                   f"{s.name!r} under {s.construction!r} (the authors' code relabels)")
     if s.construction == "authors":
         if s.name not in ("S1", "S2", "A1", "A2"):
             out.append(f"scenario.construction: the authors' construction builds S1, S2, A1, A2, not {s.name!r}")

@@ -36,6 +36,27 @@ def test_s1_keeps_each_group_in_its_label_range(digits):
         assert set(dev.y_train.tolist()) == allowed
 
 
+def test_s1_exclusive_draws_only_in_range_samples_each_used_once(digits):
+    """s1_out_of_range = "exclusive" (the thesis text): a device of range r takes the next
+    100 samples of r from the seeded permutation, unrelabelled (validation first, as
+    every split), so splits hold only r's labels at the full requested sizes and no
+    sample is drawn twice; a request larger than a range's pool names the key and the
+    labels."""
+    fed = build_scenario(digits, "S1", group_sizes=[3, 3], seed=4, samples_per_device=100,
+                         test_samples_per_device=20, s1_out_of_range="exclusive")
+    order = np.random.default_rng(4).permutation(len(digits.y_train))
+    pools = [order[np.isin(digits.y_train[order], r)] for r in (range(5), range(5, 10))]
+    for d, (dev, g) in enumerate(zip(fed.devices, fed.groups)):
+        taken = pools[g][(d % 3) * 100 : (d % 3 + 1) * 100]
+        np.testing.assert_array_equal(np.concatenate([dev.y_val, dev.y_train]), digits.y_train[taken])
+        np.testing.assert_array_equal(np.concatenate([dev.x_val, dev.x_train]), digits.x_train[taken])
+        assert len(dev.y_test) == 20 and set(dev.y_test) <= set(range(5) if g == 0 else range(5, 10))
+    with pytest.raises(ValueError, match=r"samples_per_device \(labels \[0, 1, 2, 3, 4\]\)"):
+        build_scenario(digits, "S1", group_sizes=[8, 1], seed=4, samples_per_device=200, s1_out_of_range="exclusive")
+    with pytest.raises(ValueError, match="s1_out_of_range must be one of"):
+        build_scenario(digits, "S1", group_sizes=[1, 1], seed=4, s1_out_of_range="drop")
+
+
 def test_s2_shifts_the_second_group_by_one(digits):
     plain = build_scenario(digits, "S0", group_sizes=[2, 2], seed=4)
     shifted = build_scenario(digits, "S2", group_sizes=[2, 2], seed=4)

@@ -4,9 +4,11 @@ Every device draws disjoint samples from the dataset's train pool (split into
 Z_d^train and Z_d^val) and test pool (Z_d^test); then the group's concept is applied:
 
 - ``S0``: natural IID data, one concept.
-- ``S1``: label ranges (two groups: labels 0–4 and 5–9). Following the authors'
-  code, out-of-range train / validation samples get a random in-range label and
-  out-of-range test samples are dropped.
+- ``S1``: label ranges (two groups: labels 0–4 and 5–9). ``s1_out_of_range``:
+  ``relabel`` (default, the authors' cold-start code): out-of-range train /
+  validation samples get a random in-range label and out-of-range test samples are
+  dropped; ``exclusive`` (the thesis text, §3.3.2: devices "exclusively receive data
+  corresponding to labels 0-4"): each device draws its samples from its range only.
 - ``S2``: predictor shift, group g maps y -> (y + g) mod K.
 - ``A1``: group 0 clean, the other groups get Gaussian + salt & pepper noise
   (Table B.3) on all splits.
@@ -29,6 +31,7 @@ from clusterfed.scenarios.federation import DeviceSplits, Federation
 from clusterfed.scenarios.noise import gaussian_and_salt_pepper
 
 SCENARIOS: tuple[str, ...] = ("S0", "S1", "S2", "A1", "A2")
+S1_OUT_OF_RANGE: tuple[str, ...] = ("relabel", "exclusive")
 
 
 class NoiseParams(Section):
@@ -58,6 +61,7 @@ def build_scenario(
     val_fraction: float = 0.25,
     noise: NoiseParams = NoiseParams(),
     scarcity: ScarcityParams = ScarcityParams(),
+    s1_out_of_range: str = "relabel",
 ) -> Federation:
     """Build a federation of ``sum(group_sizes)`` devices for scenario ``name``.
 
@@ -78,6 +82,8 @@ def build_scenario(
         Default: the test pool split evenly over the devices.
     val_fraction : float, default=0.25
         Share of a device's samples held out as Z_d^val (the authors' fixed 25%).
+    s1_out_of_range : {"relabel", "exclusive"}, default="relabel"
+        S1 only: what a device does with samples outside its label range (module docstring).
     """
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; expected one of {SCENARIOS}")
@@ -100,6 +106,7 @@ def build_scenario(
         val_fraction=val_fraction,
         noise=noise,
         scarcity=scarcity,
+        s1_out_of_range=s1_out_of_range,
     )
     fed.description["group_sizes"] = sizes
     return fed
@@ -117,6 +124,7 @@ def federation_from_concepts(
     val_fraction: float = 0.25,
     noise: NoiseParams = NoiseParams(),
     scarcity: ScarcityParams = ScarcityParams(),
+    s1_out_of_range: str = "relabel",
 ) -> Federation:
     """A federation where device d holds data of concept ``concepts[d]`` of scenario ``name``.
 
@@ -129,6 +137,9 @@ def federation_from_concepts(
         raise ValueError(f"unknown scenario {name!r}; expected one of {SCENARIOS}")
     if name == "S1" and n_concepts > dataset.n_classes:
         raise ValueError(f"S1 needs at most {dataset.n_classes} groups, got {n_concepts}")
+    if s1_out_of_range not in S1_OUT_OF_RANGE:
+        raise ValueError(f"s1_out_of_range must be one of {S1_OUT_OF_RANGE}, got {s1_out_of_range!r}")
+    exclusive = name == "S1" and s1_out_of_range == "exclusive"
     concepts = np.asarray(concepts, dtype=np.int64)
     n_devices = len(concepts)
     rng = np.random.default_rng(seed)
@@ -139,23 +150,23 @@ def federation_from_concepts(
     if name == "A2":
         scarce = max(2, int(round(per_device * scarcity.scarce_fraction)))
         train_counts[concepts > 0] = scarce
-    _check_pool("samples_per_device", int(train_counts.sum()), len(dataset.y_train))
-    _check_pool("test_samples_per_device", per_device_test * n_devices, len(dataset.y_test))
-
+    test_counts = np.full(n_devices, per_device_test)
+    label_ranges = np.array_split(np.arange(dataset.n_classes), n_concepts)
+    pools = label_ranges if exclusive else None
+    pool_of = concepts if exclusive else np.zeros(n_devices, dtype=np.int64)
     train_order = rng.permutation(len(dataset.y_train))
     test_order = rng.permutation(len(dataset.y_test))
-    train_bounds = np.concatenate([[0], np.cumsum(train_counts)])
-    label_ranges = np.array_split(np.arange(dataset.n_classes), n_concepts)
+    train_slices = _draws(train_order, dataset.y_train, pools, pool_of, train_counts, "samples_per_device")
+    test_slices = _draws(test_order, dataset.y_test, pools, pool_of, test_counts, "test_samples_per_device")
 
     devices = []
     for d in range(n_devices):
         g = int(concepts[d])
-        idx = train_order[train_bounds[d] : train_bounds[d + 1]]
-        test_idx = test_order[d * per_device_test : (d + 1) * per_device_test]
+        idx, test_idx = train_slices[d], test_slices[d]
         x, y = dataset.x_train[idx], dataset.y_train[idx].copy()
         x_test, y_test = dataset.x_test[test_idx], dataset.y_test[test_idx].copy()
 
-        if name == "S1":
+        if name == "S1" and not exclusive:
             in_range = label_ranges[g]
             out = ~np.isin(y, in_range)
             y[out] = rng.choice(in_range, size=int(out.sum()))
@@ -203,6 +214,22 @@ def federation_from_concepts(
             "val_fraction": val_fraction,
         },
     )
+
+
+def _draws(order: np.ndarray, y: np.ndarray, pools: list[np.ndarray] | None, pool_of: np.ndarray,
+           counts: np.ndarray, key: str) -> list[np.ndarray]:
+    """Each device's sample indices: consecutive, disjoint slices of ``order``, restricted
+    to the labels of its pool ``pools[pool_of[d]]`` (``pools`` None: every label)."""
+    restricted = [order] if pools is None else [order[np.isin(y[order], p)] for p in pools]
+    for k, pool in enumerate(restricted):
+        scope = "" if pools is None else f" (labels {pools[k].tolist()})"
+        _check_pool(key + scope, int(counts[pool_of == k].sum()), len(pool))
+    taken = np.zeros(len(restricted), dtype=np.int64)
+    out = []
+    for d, k in enumerate(pool_of.tolist()):
+        out.append(restricted[k][taken[k] : taken[k] + counts[d]])
+        taken[k] += counts[d]
+    return out
 
 
 def _check_pool(key: str, needed: int, available: int) -> None:
