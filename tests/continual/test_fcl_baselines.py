@@ -272,7 +272,7 @@ def test_a_per_task_head_is_the_devices_own_and_restarts_at_each_task():
     assert torch.equal(Decomposed.from_extras(nxt.extras()).head_start["output.weight"], theta0["output.weight"])
     shared = Decomposed.start(theta0, knowledge=2)
     assert set(shared.base) == {"hidden.weight", "output.weight"} and shared.head_start == {}
-    with pytest.raises(ValueError, match="head must be"):
+    with pytest.raises(ValueError, match="head must be one of"):
         Decomposed.start(theta0, knowledge=2, head="multi")
     with pytest.raises(ValueError, match="output layer named output"):
         Decomposed.start({"l.weight": theta0["hidden.weight"]}, knowledge=0, head="per_task")

@@ -55,9 +55,10 @@ OPTIMISER = (
 
 #: The output layer: decomposed and shared like every kernel (one head for every task), or
 #: each task's own head, local to the device and restarted at each task (the authors' code).
+HEADS = ("shared", "per_task")
 HEAD = (
     Param("head", "shared", "output layer: decomposed like the body (shared) or a local head per task (the authors')",
-          kind=str, choices=("shared", "per_task")),
+          kind=str, choices=HEADS),
 )
 
 #: Parameter-name prefix of every model's output layer (``clusterfed.models``).
@@ -100,8 +101,8 @@ class Decomposed:
         of ``knowledge`` entries (0: none) starts empty (zeros) with α = 0. ``head =
         "per_task"`` keeps the output layer out of the decomposition, and each task's
         head starts from θ's."""
-        if head not in ("shared", "per_task"):
-            raise ValueError(f"head must be 'shared' or 'per_task', got {head!r}")
+        if head not in HEADS:
+            raise ValueError(f"head must be one of {HEADS}, got {head!r}")
         local_head = {k for k in theta if head == "per_task" and k.startswith(HEAD_PREFIX)}
         if head == "per_task" and not local_head:
             raise ValueError(f"head = 'per_task' needs an output layer named {HEAD_PREFIX}*, got {sorted(theta)}")
