@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from clusterfed.scenarios.authors import DATA_SEED
+
 #: The grid's default methods; ``--algorithms`` takes any registered cold-start method.
 ALGORITHMS = ("faacl", "fedavg", "ifca", "local", "centralized")
 #: The baselines of Tables 3.3-3.6 (issue 14), run with ``--algorithms fesem fedgroup fedsoft``.
@@ -115,9 +117,15 @@ def _setting(text: str) -> tuple[str, object]:
     return key, yaml.safe_load(value)
 
 
+def _data_seed(row: dict) -> int:
+    """The row's data seed: the authors' 0 for rows written before it was recorded and
+    for the thesis reading (whose data follow the run seed)."""
+    return DATA_SEED if row.get("data_seed") is None else row["data_seed"]
+
+
 def _key(row: dict) -> tuple:
     return (row["scenario"], row["algorithm"], row["seed"], row["epochs"], row.get("local_epochs", 1),
-            row.get("lr", 0.01))
+            row.get("lr", 0.01), _data_seed(row))
 
 
 def _claim(out: Path, key: tuple) -> bool:
@@ -187,17 +195,18 @@ def run(args) -> None:
     training = TrainingConfig(lr=args.lr, l2=0.001, batch_size=10, local_epochs=args.local_epochs)
     for scenario in args.scenarios:
         for seed in args.seeds:
-            todo = [a for a in args.algorithms if (scenario, a, seed, args.epochs, args.local_epochs, args.lr) not in done]
+            todo = [a for a in args.algorithms
+                    if (scenario, a, seed, args.epochs, args.local_epochs, args.lr, args.data_seed) not in done]
             if not todo:
                 continue
             if args.construction == "authors":
-                fed = build_authors_scenario(ds, scenario, seed=seed, users=args.users)
+                fed = build_authors_scenario(ds, scenario, seed=seed, users=args.users, data_seed=args.data_seed)
             else:
                 fed = build_scenario(ds, scenario, group_sizes=args.group_sizes, seed=seed)
             eng = Engine(fed, model="mlp", training=training, hidden=128, device=args.device,
                          sparse_inputs=args.sparse_inputs)
             for name in todo:
-                key = (scenario, name, seed, args.epochs, args.local_epochs, args.lr)
+                key = (scenario, name, seed, args.epochs, args.local_epochs, args.lr, args.data_seed)
                 # another worker on the same out file may have done or started it meanwhile
                 if key in {_key(r) for r in read_rows(out)} or not _claim(out, key):
                     print(f"[{datetime.now():%H:%M:%S}] {scenario} seed {seed} {name}: done or "
@@ -219,6 +228,7 @@ def run(args) -> None:
                     "seed": seed,
                     "epochs": args.epochs,
                     "construction": args.construction,
+                    "data_seed": args.data_seed if args.construction == "authors" else None,
                     "local_epochs": args.local_epochs,
                     "lr": args.lr,
                     "init_epochs": args.init_epochs if name == "faacl" else None,
@@ -310,13 +320,13 @@ def n_test(row: dict, root: str) -> list[int]:
     was recorded: rebuilt, the authors' federations do not depend on the seed)."""
     if "n_test" in row:
         return row["n_test"]
-    key = (row.get("construction", "thesis"), row["scenario"], row["seed"])
+    key = (row.get("construction", "thesis"), row["scenario"], row["seed"], _data_seed(row))
     if key not in _N_TEST:
         from clusterfed.data import load_dataset
         from clusterfed.scenarios import build_authors_scenario, build_scenario
 
         ds = load_dataset("mnist", root)
-        fed = (build_authors_scenario(ds, row["scenario"], seed=row["seed"]) if key[0] == "authors"
+        fed = (build_authors_scenario(ds, row["scenario"], seed=row["seed"], data_seed=key[3]) if key[0] == "authors"
                else build_scenario(ds, row["scenario"], group_sizes=row["group_sizes"], seed=row["seed"]))
         _N_TEST[key] = [len(d.y_test) for d in fed.devices]
     return _N_TEST[key]
@@ -350,7 +360,8 @@ def _cell(rows: list[dict], key: str = "accuracy_mean") -> str:
 
 def summarize(args) -> None:
     rows = [r for r in read_rows(Path(args.out))
-            if r["epochs"] == args.epochs and r.get("local_epochs", 1) == args.local_epochs]
+            if r["epochs"] == args.epochs and r.get("local_epochs", 1) == args.local_epochs
+            and _data_seed(r) == args.data_seed]
     by, seen = {}, set()
     for r in rows:
         if _key(r) in seen:  # a run done twice (two workers): keep the first
@@ -431,6 +442,9 @@ def main() -> None:
     ap.add_argument("--group-sizes", nargs="+", type=int, default=[10, 10])
     ap.add_argument("--construction", choices=["thesis", "authors"], default="thesis")
     ap.add_argument("--users", type=int, default=None, help="authors' construction: FedProx users (1000)")
+    ap.add_argument("--data-seed", type=int, default=DATA_SEED,
+                    help="authors' construction: seed of the FedProx draw and splits (theirs: 0); a row "
+                    "per data seed, --summarize reads one")
     ap.add_argument("--local-epochs", type=int, default=1, help="local epochs per round (the authors: 10)")
     ap.add_argument("--lr", type=float, default=0.01,
                     help="local SGD learning rate (thesis Table B.4: 0.01; the authors' TrainConfig: 0.001); "
@@ -453,6 +467,8 @@ def main() -> None:
     ap.add_argument("--weighted", action="store_true",
                     help="summarize accuracy over all test samples (device accuracies weighted by test size)")
     args = ap.parse_args()
+    if args.construction != "authors" and args.data_seed != DATA_SEED:
+        ap.error("--data-seed is read only by --construction authors (the thesis reading's data follow --seeds)")
     if args.summarize:
         summarize(args)
     else:

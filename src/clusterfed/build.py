@@ -47,7 +47,7 @@ def build_federation(params: Params, seed: int) -> Federation:
     if s.construction == "authors":
         try:
             fed = build_authors_scenario(
-                dataset, s.name, seed=seed, users=s.users, gaussian_mean=s.noise.gaussian_mean,
+                dataset, s.name, seed=seed, users=s.users, data_seed=s.data_seed, gaussian_mean=s.noise.gaussian_mean,
                 gaussian_variance=s.noise.gaussian_variance, salt_pepper_amount=s.noise.salt_pepper_density,
             )
         except ValueError as exc:
@@ -170,14 +170,14 @@ def checkpoint_fingerprint(params: Params, algorithm: str, seed: int) -> str:
 def timestep_engines(params: Params, schedule: np.ndarray, seed: int) -> Callable[[int], Engine]:
     """``engine_at(t)``: the engine over timestep t's new data, drawn for the concept
     the schedule gives each device (thesis §4.3); depends only on (seed, t), and under
-    the authors' construction only on t (their data are seeded with 0)."""
+    the authors' construction only on t and ``scenario.data_seed``."""
     c, s = params.continual, params.scenario
     dataset = load_dataset(params.data.dataset, params.data.root, seed=seed)
 
     def engine_at(t: int) -> Engine:
         if s.construction == "authors":
             fed = build_authors_scenario(
-                dataset, s.name, seed=seed, users=s.users, concepts=schedule[:, t], timestep=t,
+                dataset, s.name, seed=seed, users=s.users, data_seed=s.data_seed, concepts=schedule[:, t], timestep=t,
                 gaussian_mean=s.noise.gaussian_mean, gaussian_variance=s.noise.gaussian_variance,
                 salt_pepper_amount=s.noise.salt_pepper_density,
             )

@@ -17,7 +17,7 @@ from clusterfed.data import DATASETS
 from clusterfed.hyperparams import Param, Section, markdown_table, section_model
 from clusterfed.scenarios import NoiseParams, ScarcityParams
 from clusterfed.scenarios.static import S1_OUT_OF_RANGE
-from clusterfed.scenarios.authors import authors_devices, default_users
+from clusterfed.scenarios.authors import DATA_SEED, authors_devices, default_users
 
 # The declarations are read from the methods' source, not imported (no torch here).
 ROUNDS: Param = declared.value("clusterfed.algorithms.protocol", "ROUNDS")
@@ -30,6 +30,7 @@ MAX_REJECTED_SHARE: float = declared.value("clusterfed.engine.robust", "MAX_REJE
 FEDCREF_HYPERPARAMETERS: tuple[Param, ...] = declared.value("clusterfed.algorithms.fedcref.fedcref", "HYPERPARAMETERS")
 
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
+NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
 Probability = Annotated[float, Field(gt=0.0, lt=1.0)]
 THESIS_SCENARIOS: tuple[str, ...] = ("S0", "S1", "S2", "A1", "A2")
 PARTITIONS: tuple[str, ...] = (
@@ -59,6 +60,11 @@ class ScenarioParams(_Section):
     )
     users: PositiveInt | None = Field(
         None, description="Authors' construction: FedProx users (10 per device, A2 20); default 1000 on MNIST, 100 on digits."
+    )
+    data_seed: NonNegativeInt = Field(
+        DATA_SEED,
+        description="Authors' construction: seed of the FedProx users' power-law draw and splits (theirs: 0 on "
+        "every device; FedProx's generator itself is unseeded). The run seed never changes these data.",
     )
     path: str | None = Field(
         None, description="custom only: folder of one .npz per device (clusterfed.scenarios.custom)."
@@ -266,6 +272,9 @@ def _cross_checks(params: Params) -> list[str]:
     if s.s1_out_of_range != "relabel" and (s.name != "S1" or s.construction != "thesis"):
         out.append(f"scenario.s1_out_of_range: read only by S1 under the thesis construction, not "
                    f"{s.name!r} under {s.construction!r} (the authors' code relabels)")
+    if s.construction != "authors" and s.data_seed != DATA_SEED:
+        out.append(f"scenario.data_seed: read only by the authors' construction, not {s.construction!r} "
+                   "(the thesis reading draws its data from the run seed)")
     if s.construction == "authors":
         if s.name not in ("S1", "S2", "A1", "A2"):
             out.append(f"scenario.construction: the authors' construction builds S1, S2, A1, A2, not {s.name!r}")

@@ -140,6 +140,25 @@ def test_params_select_the_construction(digits):
                                        "continual": {"enabled": False}}), seed=10)
 
 
+def test_data_seed_redraws_the_power_law_and_nothing_else(digits):
+    """FedProx's generator is unseeded: ``data_seed`` draws another federation of the
+    same shape; 0 (the authors' re-seed) stays the default."""
+    base = build_authors_scenario(digits, "S2", seed=10)
+    explicit = build_authors_scenario(digits, "S2", seed=10, data_seed=0)
+    other = build_authors_scenario(digits, "S2", seed=10, data_seed=1)
+    assert base.description["samples_per_device"] == explicit.description["samples_per_device"] == [
+        132, 110, 125, 180, 162, 182, 198, 144, 163, 114]
+    assert other.description["samples_per_device"] == [186, 134, 141, 155, 113, 138, 199, 179, 157, 106]
+    assert other.description["data_seed"] == 1 and base.description["data_seed"] == 0
+    assert other.groups.tolist() == base.groups.tolist()
+    params = parse_params({"scenario": {"name": "S2", "construction": "authors", "data_seed": 1},
+                           "continual": {"enabled": False}})
+    routed = build_federation(params, seed=10)
+    assert routed.description["samples_per_device"] == other.description["samples_per_device"]
+    with pytest.raises(ParamsError, match="scenario.data_seed"):
+        parse_params({"scenario": {"name": "S2", "data_seed": 1}, "continual": {"enabled": False}})
+
+
 def test_mnist_device_counts_and_a2_labels(mnist):
     s2 = build_authors_scenario(mnist, "S2", seed=10)
     assert s2.n_devices == 100 and np.bincount(s2.groups).tolist() == [50, 50]

@@ -21,15 +21,18 @@ fixes it, and this module follows those facts (DESIGN.md §9) in our own code:
   and test. A2: even devices are scarce and relabel 1 and 3 as 2, train and test.
 - Noise comes before the validation split; each device then permutes its train
   data and holds out ``25% + 1`` of it as Z_d^val.
-- Every random choice uses ``DATA_SEED`` (the authors re-seed every device with 0),
-  so the federation is the same for every run seed; the run seed only seeds models
-  and training.
+- Every random choice uses the data seed, ``DATA_SEED`` = 0 by default (the authors
+  re-seed every device with 0), so the federation is the same for every run seed; the
+  run seed only seeds models and training. FedProx's generator itself is unseeded
+  (``np.random.lognormal`` and ``random.shuffle`` without a seed), so the thesis ran on
+  one unknown draw of the power law; other data seeds measure how much a figure
+  moves with the draw.
 
 Continual runs (their code has none; our assumptions, README "The authors'
 construction"): ``concepts`` gives each device its concept at a timestep (the shared
 schedules of ``continual/schedules.py``); a device keeps its users, and at timestep
 t ≥ 1 every user draws new images of the same digits in the same numbers
-(:func:`redrawn_users`, seeded by t alone); t = 0 is the cold start's data.
+(:func:`redrawn_users`, seeded by the data seed and t); t = 0 is the cold start's data.
 
 Ground-truth groups: the concept index (S1: 0 = labels 0–4; S2/A1/A2: 1 = the
 changed, noisy or scarce devices).
@@ -167,6 +170,7 @@ def build_authors_scenario(
     users: int | None = None,
     concepts: np.ndarray | None = None,
     timestep: int = 0,
+    data_seed: int = DATA_SEED,
     gaussian_mean: float = 0.0,
     gaussian_variance: float = 0.4,
     salt_pepper_amount: float = 0.7,
@@ -174,13 +178,14 @@ def build_authors_scenario(
     """The federation of scenario ``name`` under the authors' construction.
 
     ``users`` FedProx users (default :func:`default_users`) give ``users / 10``
-    devices (A2: ``users / 20``). ``seed`` is recorded but does not change the data
-    (every choice uses ``DATA_SEED``).
+    devices (A2: ``users / 20``). ``seed`` is recorded but does not change the data:
+    every choice uses ``data_seed`` (the authors' 0 by default; their generator's
+    own draw is unseeded, see the module docstring).
 
     ``concepts`` (default :func:`cold_start_concepts`) gives each device's concept:
     S1 concept c = the c-th half of the labels, S2 the label shift c, A1 / A2 concept
     1 = noisy / scarce. ``timestep`` t ≥ 1 gives every user new samples
-    (:func:`redrawn_users`, seeded by ``(DATA_SEED, t)``); t = 0 is the cold start's
+    (:func:`redrawn_users`, seeded by ``(data_seed, t)``); t = 0 is the cold start's
     data, so the cold-start concepts at t = 0 give exactly the cold-start federation.
     """
     k = dataset.n_classes
@@ -190,13 +195,13 @@ def build_authors_scenario(
     concepts = cold_start_concepts(name, n_devices) if concepts is None else np.asarray(concepts, dtype=np.int64)
     if concepts.shape != (n_devices,) or not set(concepts.tolist()) <= {0, 1}:
         raise ValueError(f"concepts: expected {n_devices} concepts 0 or 1, got {concepts.tolist()}")
-    rng = np.random.default_rng(DATA_SEED)
+    rng = np.random.default_rng(data_seed)
     x_all = np.concatenate([dataset.x_train, dataset.x_test])
     y_all = np.concatenate([dataset.y_train, dataset.y_test]).astype(np.int64)
     x_all = standardise(x_all)
     user_idx = fedprox_users(y_all, n_users, k, rng)
     if timestep:
-        rng = np.random.default_rng([DATA_SEED, timestep])
+        rng = np.random.default_rng([data_seed, timestep])
         user_idx = redrawn_users(user_idx, y_all, k, rng)
     halves = (np.arange(k) < (k + 1) // 2, np.arange(k) >= (k + 1) // 2)  # S1: labels 0..4, 5..9 for K = 10
 
@@ -223,12 +228,12 @@ def build_authors_scenario(
         elif name == "A2" and c:
             for a, b in A2_RELABEL.items():
                 y[y == a], y_test[y_test == a] = b, b
-        devices.append(_actor_splits(x, y, x_test, y_test))
+        devices.append(_actor_splits(x, y, x_test, y_test, data_seed))
     description = {
         "construction": "authors",
         "users": n_users,
         "users_per_device": per_device,
-        "data_seed": DATA_SEED,
+        "data_seed": data_seed,
         "timestep": timestep,
         "samples_per_device": [d.n_train + len(d.y_val) for d in devices],
         "test_samples_per_device": [len(d.y_test) for d in devices],
@@ -263,9 +268,12 @@ def oracle_pools(name: str, concepts: np.ndarray) -> list[list[int]] | None:
     return [clean, sorted([*changed, clean[0]])]
 
 
-def _actor_splits(x: np.ndarray, y: np.ndarray, x_test: np.ndarray, y_test: np.ndarray) -> DeviceSplits:
-    """Permute the device's train data with seed 0 and hold out ``25% + 1`` of it."""
-    order = np.random.default_rng(DATA_SEED).permutation(len(y))
+def _actor_splits(
+    x: np.ndarray, y: np.ndarray, x_test: np.ndarray, y_test: np.ndarray, data_seed: int
+) -> DeviceSplits:
+    """Permute the device's train data with the data seed (the authors' 0: every device
+    the same seed) and hold out ``25% + 1`` of it."""
+    order = np.random.default_rng(data_seed).permutation(len(y))
     n_val = min(len(y) - 1, int(len(y) * 0.25) + 1)
     val, train = order[:n_val], order[n_val:]
     f32 = np.float32
