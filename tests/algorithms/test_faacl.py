@@ -175,10 +175,13 @@ def test_support_is_restricted_to_partitions(s2_engine):
         assert all(partition[s] == partition[d] for s in c.sup)
 
 
-def _support_before_issue_17(engine, clustering, *, alpha, epsilon, partition_of_device=None, accumulate=False):
+def _support_before_issue_17(engine, clustering, *, alpha, epsilon, partition_of_device=None, accumulate=False,
+                             penalized=False):
     """Alg. 2 as it was computed before issue 17: every model on every device, one
     Python-assembled test per (C1, C2, d); returns each cluster's support set."""
     from clusterfed.stats import significant, support_pvalues
+
+    assert not penalized, "the reference compares the data losses only"
 
     clusters = clustering.clusters
     losses = engine.losses(clustering.params, "val").cpu().numpy()
@@ -465,3 +468,41 @@ def test_stable_no_one_way_waits_until_every_one_way_support_is_gone(digits, mon
         assert bool(after[-1][1]) == (stable == "partition")  # one-way edges left only by the partition rule
     assert found["partition"][1:] == (3, pytest.approx(0.743, abs=1e-3))
     assert found["no_one_way"][1:] == (2, 1.0) and found["no_one_way"][0] > found["partition"][0]
+
+
+def _rescaled(params: dict, c: float) -> dict:
+    """The same ReLU MLP function with the hidden layer × c and the output kernel / c
+    (positive homogeneity): identical losses, a different L2 penalty."""
+    w1, b1, w2 = list(params)[:3]  # the MLP's hidden kernel, hidden bias, output kernel
+    out = dict(params)
+    out[w1], out[b1], out[w2] = params[w1] * c, params[b1] * c, params[w2] / c
+    return out
+
+
+def test_engine_penalties_are_l2_times_the_squared_kernels(s2_engine):
+    _, engine = s2_engine
+    params = engine.init_params(2, torch.Generator().manual_seed(0), distinct=True)
+    expected = [engine.training.l2 * sum(float((v[m].double() ** 2).sum()) for k, v in params.items()
+                                         if k.endswith("weight")) for m in range(2)]
+    np.testing.assert_allclose(engine.penalties(params), expected, rtol=1e-12)
+
+
+def test_penalized_support_turns_equal_losses_into_one_way_support(s2_engine):
+    """Two clusters whose models compute the same function, one with its hidden layer
+    scaled up (a larger L2 penalty). On the data losses every difference is zero at
+    ε = 0, so neither supports the other. Penalized (the authors' Keras losses), the
+    cluster with the heavier model finds the lighter model better on every sample and
+    lists it as a supporter; the reverse test fails."""
+    fed, engine = s2_engine
+    base = engine.init_params(1, torch.Generator().manual_seed(0), distinct=True)
+    heavy = _rescaled(base, 3.0)
+    params = {k: torch.cat([base[k], heavy[k]]) for k in base}
+    np.testing.assert_allclose(engine.losses(params)[0].numpy(), engine.losses(params)[1].numpy(), rtol=1e-5, atol=1e-6)
+    r = engine.penalties(params)
+    assert r[1] > r[0]
+    light_devices, heavy_devices = frozenset({0, 1, 2}), frozenset({3, 4, 5})
+    clustering = Clustering((Cluster(0, light_devices), Cluster(1, heavy_devices)), params)
+    data = cluster_support(engine, clustering, alpha=0.1, epsilon=0.0)
+    assert [c.sup for c in data.clusters] == [frozenset(), frozenset()]
+    penalized = cluster_support(engine, clustering, alpha=0.1, epsilon=0.0, penalized=True)
+    assert [c.sup for c in penalized.clusters] == [frozenset(), frozenset({0})]

@@ -50,6 +50,7 @@ def cluster_support(
     epsilon: float,
     partition_of_device: np.ndarray | None = None,
     accumulate: bool = False,
+    penalized: bool = False,
 ) -> Clustering:
     """Alg. 2: C2 ∈ C1.sup iff every device of C1 finds C2's model no worse than C1's,
     by the one-sided Wilcoxon test on its validation losses (ε tolerance, level α).
@@ -63,7 +64,10 @@ def cluster_support(
     Support sets are recomputed from scratch each call (the box), so they always name
     current clusters; ``accumulate`` adds the supporters found to those C1 already
     lists instead (the authors' code: a test only ever adds a supporter, which C1 keeps
-    until it merges).
+    until it merges). ``penalized`` adds each model's L2 penalty (``Engine.penalties``)
+    to every loss it is tested on: the authors' losses come from Keras' ``evaluate``,
+    which reports the regulariser inside each per-sample loss, so C1's own model is
+    effectively granted ε + R(C1.θ) − R(C2.θ).
 
     A cluster with no devices (C-FAACL keeps one when its concept leaves, as the
     memory its global concept search returns to) has nobody to run the test, so it
@@ -84,7 +88,10 @@ def cluster_support(
             continue
         inside = np.isin(member_row, rows)
         devices = np.unique(member_device[inside])
-        losses = engine.losses(take(clustering.params, rows), "val", devices=devices).cpu().numpy()
+        models = take(clustering.params, rows)
+        losses = engine.losses(models, "val", devices=devices).cpu().numpy()
+        if penalized:
+            losses = losses + engine.penalties(models)[:, None, None]  # padding is never read (counts)
         own_row = np.searchsorted(rows, member_row[inside])  # local row of each membership's cluster
         column = np.searchsorted(devices, member_device[inside])  # its device's column of losses
         k, j = np.nonzero(np.arange(len(rows))[None, :] != own_row[:, None])  # membership k tests model j
@@ -332,7 +339,9 @@ class FAACL(ColdStart[FAACLState]):
     a merged cluster is a new object with none) and ``merge="overlapping"`` (its merge
     loop lets a cluster merge with several partners in one call, which makes clusters
     that share devices: ``cluster_merge_overlapping``; a shared device is served by its
-    first cluster, and each of its clusters trains on it and tests its model on it).
+    first cluster, and each of its clusters trains on it and tests its model on it),
+    and ``support_loss="penalized"`` (its per-sample losses come from Keras'
+    ``evaluate``, which adds the model's L2 penalty to each).
     Their loop also tests and merges before it trains; here every round trains first.
     """
 
@@ -366,6 +375,9 @@ class FAACL(ColdStart[FAACLState]):
               "inherits C1.sup ∩ C2.sup (the box); accumulated = a test only adds supporters, kept until they "
               "merge, and a merged cluster starts with none (the authors' code)", kind=str,
               choices=("recomputed", "accumulated")),
+        Param("support_loss", "data", "the loss Alg. 2's test compares: data = each sample's cross-entropy ℓ(θ, z) "
+              "(the box); penalized = plus the model's L2 penalty l2·Σ‖kernel‖² (the authors' code: Keras' "
+              "evaluate reports the regulariser inside every loss)", kind=str, choices=("data", "penalized")),
         Param("merge", "partition", "partition = Alg. 3 with one merge per cluster a round, clusters stay disjoint "
               "and C' keeps a parent's model at random; overlapping = a cluster merges with every mutually "
               "supportive cluster in one round, so clusters can share devices, and C' keeps the first parent's "
@@ -382,6 +394,7 @@ class FAACL(ColdStart[FAACLState]):
     stable: str
     level_end: str
     support_sets: str
+    support_loss: str
     merge: str
 
     def expected_rounds(self, n_devices: int) -> int:
@@ -422,6 +435,7 @@ class FAACL(ColdStart[FAACLState]):
         clustering = cluster_support(
             engine, state.clustering, alpha=self.alpha, epsilon=self.epsilon,
             partition_of_device=state.partition_of_device, accumulate=accumulated,
+            penalized=self.support_loss == "penalized",
         )
         if self.merge == "overlapping":
             clustering = cluster_merge_overlapping(clustering)

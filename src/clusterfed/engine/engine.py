@@ -29,7 +29,7 @@ from clusterfed.engine.local_sgd import LocalObjective, QuadraticPenalty, local_
 from clusterfed.engine.robust import RobustRule, screen
 from clusterfed.engine.stacked import StackedParams, init_stacked
 from clusterfed.engine.tensors import FederationTensors, PaddedSplit, pooled
-from clusterfed.models import CONV_CHANNELS, KERNEL_SIZE, build_model
+from clusterfed.models import CONV_CHANNELS, KERNEL_SIZE, build_model, is_regularized
 from clusterfed.scenarios import Federation
 
 #: The largest upload buffer ``Engine.train`` keeps between rounds (larger rounds write
@@ -439,6 +439,16 @@ class Engine:
         so the working memory beyond the output is bounded (``all_pairs_losses``)."""
         index = None if devices is None else torch.as_tensor(devices, dtype=torch.long, device=self.device)
         return all_pairs_losses(self.model, params, self.data.split(split), devices=index, max_rows=self.eval_rows)
+
+    def penalties(self, params: StackedParams) -> np.ndarray:
+        """Each model's L2 penalty ``l2 · Σ‖kernel‖²`` ``[M]``: the term training adds to
+        the data loss (Keras' ``kernel_regularizer``, whose ``evaluate`` reports it
+        inside every loss it returns)."""
+        total = np.zeros(len(next(iter(params.values()))))
+        for name, v in params.items():
+            if is_regularized(name):
+                total += v.detach().double().pow(2).flatten(1).sum(1).cpu().numpy()
+        return self.training.l2 * total
 
     def own_losses(self, params: StackedParams, model_of_device: np.ndarray, split: str = "val") -> torch.Tensor:
         """Per-sample losses ``[n_devices, max_n]`` of each device's own model on its split."""
