@@ -3,8 +3,9 @@
 For each (scenario, seed) the federation (20 devices, two ground-truth groups of 10)
 and one Engine are built once; then each algorithm runs and one JSON line is appended
 to ``--out`` right away, so partial results survive an interruption. Runs already in
-the file (same scenario, algorithm, seed and epochs) are skipped: re-running the same
-command resumes.
+the file (same scenario, algorithm, seed and epochs) are skipped, and a fit that was
+interrupted resumes from its last snapshot (``<out>.checkpoints/``, every
+``--checkpoint-every`` rounds): re-running the same command resumes.
 
 Hyperparameters (thesis Table B.1, MNIST): lr 0.01, L2 0.001, batch 10, one local
 epoch per round, 300 rounds, alpha 0.1, epsilon 0.7 (S1/S2), 0.5 (A1), 0.4 (A2);
@@ -34,6 +35,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -128,6 +130,24 @@ def _key(row: dict) -> tuple:
             row.get("lr", 0.01), _data_seed(row))
 
 
+def _checkpoint(out: Path, key: tuple, args) -> Path:
+    """Where the fit of ``key`` keeps its snapshot: ``<out>.checkpoints/<key>`` (deleted
+    once its row is written; a rerun of the command resumes from it)."""
+    return out.with_name(out.name + ".checkpoints") / "_".join(str(k) for k in key)
+
+
+def _fingerprint(key: tuple, args) -> str:
+    """What a snapshot's rounds depend on beyond the method, seed and federation size:
+    resuming is refused when any of it, or the library's code, changed."""
+    from clusterfed.build import code_digest
+
+    return json.dumps({
+        "key": list(key), "construction": args.construction, "users": args.users, "group_sizes": args.group_sizes,
+        "init_epochs": args.init_epochs, "variant": args.variant, "supporter_weight": args.supporter_weight,
+        "set": sorted(args.set), "sparse_inputs": args.sparse_inputs, "device": args.device, "code": code_digest(),
+    }, sort_keys=True)
+
+
 def _claim(out: Path, key: tuple) -> bool:
     """Record in ``<out>.claims`` that this process runs ``key``; False when a live
     process already claimed it (several workers sharing one out file)."""
@@ -216,8 +236,11 @@ def run(args) -> None:
                                       variant=args.variant, supporter_weight=args.supporter_weight,
                                       hyperparameters=dict(_setting(s) for s in args.set))
                 print(f"[{datetime.now():%H:%M:%S}] {scenario} seed {seed} {name} ...", flush=True)
+                ckpt = _checkpoint(out, key, args)
                 t0, c0 = time.perf_counter(), time.process_time()
-                res = algo.fit(eng, seed=seed, progress=args.progress, ground_truth=fed.groups, oracle_pools=fed.oracle_pools)
+                res = algo.fit(eng, seed=seed, progress=args.progress, ground_truth=fed.groups,
+                               oracle_pools=fed.oracle_pools, checkpoint=ckpt, checkpoint_every=args.checkpoint_every,
+                               fingerprint=_fingerprint(key, args))
                 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
                 acc = res.device_accuracy
                 hist = res.history
@@ -267,8 +290,9 @@ def run(args) -> None:
                     "accuracy_memberships": membership_accuracy(eng, res, fed),
                     "ari": float(adjusted_rand_score(fed.groups, res.model_of_device)),
                     "model_of_device": res.model_of_device.tolist(),
-                    "wall_s": wall,
+                    "wall_s": wall,  # of this process: a resumed fit's earlier rounds are not in it
                     "cpu_s": cpu,
+                    "resumed_from_round": res.resumed_from_round,
                     "epsilon": EPSILON[scenario] if name == "faacl" else None,
                     "alpha": ALPHA if name == "faacl" else None,
                     "ifca_clusters": algo.n_clusters if name == "ifca" else None,
@@ -285,6 +309,7 @@ def run(args) -> None:
                     "device": str(eng.device),
                 }
                 append_row(out, row)
+                shutil.rmtree(ckpt, ignore_errors=True)
                 done.add(key)
                 print(
                     f"    acc {row['accuracy_mean']:.4f}  clusters {row['n_clusters']}  "
@@ -461,6 +486,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
     ap.add_argument("--out", default="benchmarks/out/thesis_mnist.jsonl")
     ap.add_argument("--progress", action="store_true", help="progress lines on stderr (long schedules)")
+    ap.add_argument("--checkpoint-every", type=int, default=25,
+                    help="rounds between snapshots in <out>.checkpoints/: an interrupted run resumes from the "
+                         "last one when the command is rerun")
     ap.add_argument("--summarize", action="store_true", help="print the comparison table and exit")
     ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                     help="hyperparameters of every --algorithms method (use another --out: rows are not keyed by them)")

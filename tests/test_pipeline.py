@@ -69,6 +69,48 @@ def test_failed_stage_leaves_nothing_half_written(tmp_path):
     assert not (tmp_path / "data" / "coldstart").exists()
 
 
+def test_an_interrupted_coldstart_stage_resumes_to_the_same_outputs(tmp_path, monkeypatch):
+    """The second method crashes in round 5 (snapshots every 2 rounds); the rerun
+    resumes both fits, writes outputs byte-identical to an uninterrupted stage and
+    deletes the snapshots."""
+    from clusterfed.algorithms import IFCA
+
+    params = parse_params({
+        "seeds": [10], "scenario": {"name": "S2", "group_sizes": [2, 2]},
+        "training": {"lr": 0.05, "device": "cpu"},
+        "coldstart": {"algorithms": ["fedavg", "ifca"], "rounds": 6, "checkpoint_every": 2},
+    })
+    whole, broken = RunLayout(tmp_path / "whole"), RunLayout(tmp_path / "broken")
+    for layout in (whole, broken):
+        stages.partition(params, layout)
+    stages.coldstart(params, whole, progress=False)
+
+    honest, rounds = IFCA.configure_round, {"n": 0}
+
+    def crash_in_round_5(self, *args, **kwargs):
+        rounds["n"] += 1
+        if rounds["n"] == 5:
+            raise KeyboardInterrupt
+        return honest(self, *args, **kwargs)
+
+    monkeypatch.setattr(IFCA, "configure_round", crash_in_round_5)
+    with pytest.raises(KeyboardInterrupt):
+        stages.coldstart(params, broken, progress=False)
+    monkeypatch.setattr(IFCA, "configure_round", honest)
+    assert not broken.coldstart.exists()  # nothing half-written
+    snapshots = sorted(p.parent.relative_to(broken.coldstart_checkpoints).as_posix()
+                       for p in broken.coldstart_checkpoints.rglob("state.json"))
+    assert snapshots == ["fedavg/seed_10", "ifca/seed_10"]
+    assert json.loads((broken.coldstart_checkpoint("ifca", 10) / "state.json").read_text())["meta"]["round"] == 4
+
+    stages.coldstart(params, broken, progress=False)
+    files = sorted(p.relative_to(whole.coldstart) for p in whole.coldstart.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(broken.coldstart) for p in broken.coldstart.rglob("*") if p.is_file())
+    for f in files:
+        assert (whole.coldstart / f).read_bytes() == (broken.coldstart / f).read_bytes(), f
+    assert not broken.coldstart_checkpoints.exists()
+
+
 @pytest.fixture(scope="module")
 def newcomer_run(tmp_path_factory):
     """Shifted digits (4 label shifts), 2 of 12 devices join after the federation,

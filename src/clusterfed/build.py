@@ -154,12 +154,15 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
-def checkpoint_fingerprint(params: Params, algorithm: str, seed: int) -> str:
+def checkpoint_fingerprint(params: Params, algorithm: str | None = None, seed: int | None = None) -> str:
     """What a checkpoint depends on: resuming is refused if any of it changed (the
     parameters that matter, the method, the seed and the code: timesteps computed by
-    other code are never mixed into a run, nor rows of another format)."""
-    relevant = params.model_dump(include={"data", "scenario", "model", "training", "continual"})
-    relevant["continual"].pop("algorithms")
+    other code are never mixed into a run, nor rows of another format). With no
+    ``algorithm``: the cold-start stage's (the fit adds the method and the seed)."""
+    stage = "continual" if algorithm is not None else "coldstart"
+    relevant = params.model_dump(include={"data", "scenario", "model", "training", stage})
+    relevant[stage].pop("algorithms")
+    relevant[stage].pop("checkpoint_every", None)  # when snapshots are taken changes no result
     if params.model.name == "mlp":  # the MLP ignores the CNN's shape
         for key in ("conv_channels", "kernel_size"):
             relevant["model"].pop(key)

@@ -22,6 +22,7 @@ from clusterfed.scenarios.authors import DATA_SEED, authors_devices, default_use
 # The declarations are read from the methods' source, not imported (no torch here).
 ROUNDS: Param = declared.value("clusterfed.algorithms.protocol", "ROUNDS")
 PARTICIPATION: Param = declared.value("clusterfed.algorithms.protocol", "PARTICIPATION")
+CHECKPOINT_EVERY: Param = declared.value("clusterfed.algorithms.protocol", "CHECKPOINT_EVERY")
 CONTINUAL_ROUNDS: Param = declared.value("clusterfed.continual.protocol", "CONTINUAL_ROUNDS")
 # the screening defaults' one home is engine/robust.py (read from its source: no torch here)
 OUTLIER_FACTOR: float | None = declared.value("clusterfed.engine.robust", "OUTLIER_FACTOR")
@@ -173,7 +174,8 @@ def _algorithm_section(kind: str, doc: str, common: tuple[Param, ...], fields: d
 
 
 ColdstartParams = _algorithm_section(
-    "coldstart", "Cold-start methods (registry kind ``coldstart``) and their hyperparameters.", (ROUNDS,), {}
+    "coldstart", "Cold-start methods (registry kind ``coldstart``) and their hyperparameters.",
+    (ROUNDS, CHECKPOINT_EVERY), {},
 )
 
 CONTINUAL_ALGORITHMS: tuple[str, ...] = tuple(registry.declarations("continual"))
@@ -360,7 +362,8 @@ TABLE_END = "<!-- params-table end -->"
 
 def params_table() -> str:
     """The README's table of every method parameter, from the declarations."""
-    rows = [("training.participation", PARTICIPATION), ("coldstart.rounds", ROUNDS)]
+    rows = [("training.participation", PARTICIPATION), ("coldstart.rounds", ROUNDS),
+            ("coldstart.checkpoint_every", CHECKPOINT_EVERY)]
     for name, d in registry.declarations("coldstart").items():
         rows += [(f"coldstart.{name}.{p.name}", p) for p in d.hyperparameters]
     rows.append(("continual.rounds", CONTINUAL_ROUNDS))

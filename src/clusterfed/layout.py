@@ -23,6 +23,8 @@ out here and nowhere else.
                  continual/accuracy.csv, accuracy.png, clusters.png, clusters_<algorithm>.png,
                  unsupervised/iterations.csv, iterations.png, association_graph.png
     <root>/logs/wall_times.jsonl                   (untracked)
+    <root>/checkpoints/coldstart/<algorithm>/seed_<s>/state.json, state.safetensors
+                                                   (untracked; while the stage runs)
 
 A stage that writes atomically asks for its files ``under`` its temporary folder.
 """
@@ -285,6 +287,15 @@ class RunLayout:
 
     def plot_files(self, *, under: Path | None = None) -> PlotFiles:
         return PlotFiles(self.plots if under is None else Path(under))
+
+    @property
+    def coldstart_checkpoints(self) -> Path:
+        """Snapshots of the cold-start stage's fits, outside the tracked outputs: an
+        interrupted stage resumes from them; it deletes them when it finishes."""
+        return self.root / "checkpoints" / "coldstart"
+
+    def coldstart_checkpoint(self, algorithm: str, seed: int) -> Path:
+        return self.coldstart_checkpoints / algorithm / f"seed_{seed}"
 
     @property
     def wall_times(self) -> Path:

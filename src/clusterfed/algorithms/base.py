@@ -77,6 +77,11 @@ class History:
         self.bar.set_postfix(acc=f"{acc.mean():.3f}", clusters=len(clustering.clusters))
         self.bar.update(1)
 
+    def resume(self, rows: list[dict]) -> None:
+        """Continue after ``rows``, the rounds recorded before a checkpoint."""
+        self.rows = list(rows)
+        self.bar.update(len(rows))
+
     def close(self) -> list[dict]:
         self.bar.close()
         return self.rows

@@ -103,6 +103,7 @@ class ColdStartResult:
     history: list[dict] = field(default_factory=list)
     uploads: int = 0  # uploads the engine screened during the fit
     rejected_by_device: tuple[int, ...] = ()  # of them, rejected, per device (engine rows)
+    resumed_from_round: int | None = None  # the snapshot's round when the fit resumed from one
 
     @property
     def rejected_updates(self) -> int:

@@ -28,7 +28,10 @@ Every method declares its hyperparameters once (``hyperparameters``, a tuple of
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import numpy as np
@@ -41,6 +44,7 @@ from clusterfed.engine.local_sgd import LocalObjective, QuadraticPenalty
 from clusterfed.engine.stacked import take
 from clusterfed.engine.tensors import PaddedSplit
 from clusterfed.hyperparams import Param, check
+from clusterfed.snapshot import load_snapshot, read_meta, save_snapshot
 
 State = TypeVar("State")
 
@@ -53,6 +57,12 @@ ROUNDS = Param(
 PARTICIPATION = Param(
     "participation", 1.0, "share of devices taking part in each round (FedClust R, FLACC c)",
     symbol="R", kind=float, gt=0.0, le=1.0,
+)
+
+#: Rounds between snapshots of a resumable fit (``coldstart.checkpoint_every``).
+CHECKPOINT_EVERY = Param(
+    "checkpoint_every", 25, "rounds between the snapshots an interrupted cold start resumes from",
+    kind=int, gt=0,
 )
 
 
@@ -180,11 +190,14 @@ class ColdStart(Method, Generic[State]):
     # -- the one entry point -----------------------------------------------------
     def fit(
         self, engine: Engine, *, seed: int, progress: bool = False, ground_truth: np.ndarray | None = None,
-        oracle_pools: tuple[np.ndarray, ...] | None = None,
+        oracle_pools: tuple[np.ndarray, ...] | None = None, checkpoint: Path | None = None,
+        checkpoint_every: int = CHECKPOINT_EVERY.default, fingerprint: str = "",
     ) -> ColdStartResult:
-        """Cluster the engine's federation and train a model per cluster."""
+        """Cluster the engine's federation and train a model per cluster (resumable
+        through ``checkpoint``: see :func:`run_coldstart`)."""
         self.result_ = run_coldstart(
-            self, engine, seed=seed, progress=progress, ground_truth=ground_truth, oracle_pools=oracle_pools
+            self, engine, seed=seed, progress=progress, ground_truth=ground_truth, oracle_pools=oracle_pools,
+            checkpoint=checkpoint, checkpoint_every=checkpoint_every, fingerprint=fingerprint,
         )
         return self.result_
 
@@ -197,22 +210,45 @@ def run_coldstart(
     progress: bool = False,
     ground_truth: np.ndarray | None = None,
     oracle_pools: tuple[np.ndarray, ...] | None = None,
+    checkpoint: Path | None = None,
+    checkpoint_every: int = CHECKPOINT_EVERY.default,
+    fingerprint: str = "",
 ) -> ColdStartResult:
-    """The shared round loop: sampling, the engine call, history, traffic, progress."""
-    rng, gen = generators(seed)
-    ctx = Context(rng=rng, generator=gen, ground_truth=ground_truth, oracle_pools=oracle_pools)
+    """The shared round loop: sampling, the engine call, history, traffic, progress.
+
+    With a ``checkpoint`` directory the fit snapshots everything it carries between
+    rounds (the method's state, both random generators, the history, the tally of
+    uploads) after its first round and every ``checkpoint_every`` rounds
+    (:mod:`clusterfed.snapshot`); a rerun whose method, seed, federation size and
+    ``fingerprint`` (what the caller's data and settings depend on) are the same
+    resumes from it and ends with the same result as a run never interrupted. Any
+    other snapshot there is ignored and overwritten. The last snapshot stays, so a
+    finished fit reruns from it at once; the caller deletes it when done with it.
+    """
+    if checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     n = engine.n_devices
+    key = _fingerprint(method, seed, n, fingerprint)
+    saved = _resume(checkpoint, key)
+    rng, gen = generators(seed) if saved is None else (saved["rng"], saved["generator"])
+    ctx = Context(rng=rng, generator=gen, ground_truth=ground_truth, oracle_pools=oracle_pools)
     with engine.tally() as fit:  # every engine call of the fit, hooks' included
-        with engine.tally() as screened:
-            state = method.init(engine, ctx)
         history = History(engine, method.name, method.expected_rounds(n), progress)
-        first = method.initial_round(engine, state)
-        if first is not None:
-            history.record(
-                "clustering", method.clustering(state), bytes_down=first[0], bytes_up=first[1],
-                rejected_devices=screened.rejected_devices(),
-            )
-        done = 0
+        if saved is None:
+            with engine.tally() as screened:
+                state = method.init(engine, ctx)
+            first = method.initial_round(engine, state)
+            if first is not None:
+                history.record(
+                    "clustering", method.clustering(state), bytes_down=first[0], bytes_up=first[1],
+                    rejected_devices=screened.rejected_devices(),
+                )
+            done = 0
+        else:
+            state, done = saved["state"], saved["done"]
+            history.resume(saved["rows"])
+            fit.uploads = saved["uploads"]
+            fit.rejected_by_device += saved["rejected_by_device"]
         while not method.finished(state, done):
             with engine.tally() as screened:
                 participants = (
@@ -238,6 +274,31 @@ def run_coldstart(
             )
             state = method.recluster(engine, state, ctx)  # its calls count in the fit, not in a round
             done += 1
+            if checkpoint is not None and (done == 1 or done % checkpoint_every == 0 or method.finished(state, done)):
+                save_snapshot(checkpoint, {
+                    "state": state, "rng": rng, "generator": gen, "done": done, "rows": history.rows,
+                    "uploads": fit.uploads, "rejected_by_device": fit.rejected_by_device,
+                }, {"fingerprint": key, "round": done})
         clustering = method.final(engine, state, ctx)
     method.fitted(engine, state)
-    return result_from(method.name, engine, clustering, history, fit)
+    result = result_from(method.name, engine, clustering, history, fit)
+    result.resumed_from_round = None if saved is None else saved["done"]
+    return result
+
+
+def _fingerprint(method: ColdStart, seed: int, n_devices: int, caller: str) -> str:
+    """What a snapshot depends on besides the caller's data and settings: the method
+    with its hyperparameters, the seed and the number of devices."""
+    blob = json.dumps({"method": repr(method), "seed": seed, "n_devices": n_devices, "caller": caller})
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _resume(checkpoint: Path | None, key: str) -> dict | None:
+    """The snapshot in ``checkpoint`` written under ``key``, if any."""
+    if checkpoint is None:
+        return None
+    meta = read_meta(checkpoint)
+    if meta is None or meta.get("fingerprint") != key:
+        return None
+    tree, _ = load_snapshot(checkpoint)
+    return tree

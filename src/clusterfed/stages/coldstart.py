@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 
 from clusterfed.algorithms import ColdStartResult
 from clusterfed.algorithms.newcomers import assign_newcomers, newcomer_rule
-from clusterfed.build import build_algorithm, build_engine, federated_devices
+from clusterfed.build import build_algorithm, build_engine, checkpoint_fingerprint, federated_devices
 from clusterfed.config import Params
 from clusterfed.engine.robust import check_rejections
 from clusterfed.layout import ColdStartFiles, RunLayout
@@ -25,6 +26,12 @@ def coldstart(params: Params, layout: RunLayout, *, progress: bool = True) -> No
     fails with ``TooManyRejected`` above ``training.max_rejected_share``, writing
     nothing) and, when the scenario holds newcomers out, ``newcomers.json`` (the model
     each newcomer is given and its test accuracy).
+
+    Each fit snapshots itself every ``coldstart.checkpoint_every`` rounds
+    (``RunLayout.coldstart_checkpoint``, untracked): rerunning an interrupted stage
+    resumes every fit from its last snapshot, when the parameters and code are
+    unchanged, and ends with the same outputs. The snapshots are deleted once the
+    outputs are in place.
     """
     with atomic_dir(layout.coldstart) as tmp:
         for seed in params.seeds:
@@ -36,8 +43,12 @@ def coldstart(params: Params, layout: RunLayout, *, progress: bool = True) -> No
                 engine = build_engine(params, fed)
                 algorithm = build_algorithm(name, params)
                 result = algorithm.fit(
-                    engine, seed=seed, progress=progress, ground_truth=fed.groups, oracle_pools=fed.oracle_pools
+                    engine, seed=seed, progress=progress, ground_truth=fed.groups, oracle_pools=fed.oracle_pools,
+                    checkpoint=layout.coldstart_checkpoint(name, seed), fingerprint=checkpoint_fingerprint(params),
+                    checkpoint_every=params.coldstart.checkpoint_every,
                 )
+                if progress and result.resumed_from_round is not None:
+                    print(f"seed {seed:>5} {name:<12} resumed from round {result.resumed_from_round}", flush=True)
                 files = layout.coldstart_run(name, seed, under=tmp)
                 ground_truth = fed.description.get("ground_truth", True)
                 write_result(result, files, seed, members, fed.groups if ground_truth else None)
@@ -65,6 +76,7 @@ def coldstart(params: Params, layout: RunLayout, *, progress: bool = True) -> No
                     line += f"  newcomers {accuracy.mean():.4f}"
                 if progress:
                     print(line, flush=True)
+    shutil.rmtree(layout.coldstart_checkpoints, ignore_errors=True)  # the outputs are in place
 
 
 def write_result(

@@ -1,0 +1,155 @@
+"""Snapshots of a running fit: a tree of plain data to safetensors + JSON, no pickle.
+
+A cold-start method keeps what it has learned in its own state dataclass (tensors,
+arrays, clusters, frozensets, …), and each method's is different. Rather than ask every
+method for a serializer, :func:`encode` walks the tree once: tensors and arrays go to a
+safetensors file, the structure to JSON with a type tag per node. :func:`decode`
+rebuilds the same tree. Dataclasses are rebuilt only from ``clusterfed`` modules and
+nothing is unpickled, so loading a snapshot runs no code from the file. A value of any
+other type raises :class:`TypeError` naming where it sits in the tree.
+
+A snapshot directory is written under a temporary name and renamed when complete
+(:func:`save_snapshot`), so an interrupted write leaves the previous one usable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from clusterfed.tensorfile import save_tensors
+
+TENSORS = "state.safetensors"
+META = "state.json"
+
+
+def encode(tree: Any) -> tuple[Any, dict[str, torch.Tensor]]:
+    """(JSON-able structure, tensors by key) of ``tree``."""
+    tensors: dict[str, torch.Tensor] = {}
+    return _encode(tree, "state", tensors), tensors
+
+
+def decode(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """The tree :func:`encode` was given, from its two parts."""
+    if not isinstance(node, dict):
+        return node  # None, bool, int, float, str
+    tag = node["$"]
+    if tag == "tensor":
+        return tensors[node["key"]].to(node["device"])
+    if tag == "ndarray":
+        return tensors[node["key"]].numpy().astype(node["dtype"], copy=False)
+    if tag == "np":
+        return np.dtype(node["dtype"]).type(node["v"])
+    if tag in ("tuple", "list"):
+        items = [decode(v, tensors) for v in node["items"]]
+        return tuple(items) if tag == "tuple" else items
+    if tag in ("frozenset", "set"):
+        items = [decode(v, tensors) for v in node["items"]]
+        return frozenset(items) if tag == "frozenset" else set(items)
+    if tag == "dict":
+        return {decode(k, tensors): decode(v, tensors) for k, v in node["items"]}
+    if tag == "dataclass":
+        cls = _clusterfed_type(node["type"])
+        obj = object.__new__(cls)
+        for name, value in node["fields"].items():
+            object.__setattr__(obj, name, decode(value, tensors))  # frozen ones too
+        return obj
+    if tag == "numpy_rng":
+        rng = np.random.Generator(getattr(np.random, node["bit_generator"])())
+        rng.bit_generator.state = node["state"]
+        return rng
+    if tag == "torch_rng":
+        gen = torch.Generator(device=node["device"])
+        gen.set_state(tensors[node["key"]])
+        return gen
+    raise ValueError(f"unknown snapshot node type {tag!r}")
+
+
+def save_snapshot(directory: Path, tree: Any, meta: dict) -> None:
+    """Write ``tree`` and the JSON-able ``meta`` to ``directory``, atomically."""
+    directory = Path(directory)
+    structure, tensors = encode(tree)
+    tmp = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_tensors(tensors, tmp / TENSORS)
+    (tmp / META).write_text(json.dumps({"meta": meta, "tree": structure}))
+    shutil.rmtree(directory, ignore_errors=True)
+    tmp.rename(directory)
+
+
+def load_snapshot(directory: Path) -> tuple[Any, dict]:
+    """(tree, meta) of a snapshot :func:`save_snapshot` finished writing."""
+    directory = Path(directory)
+    blob = json.loads((directory / META).read_text())
+    tensors = load_file(str(directory / TENSORS))
+    return decode(blob["tree"], tensors), blob["meta"]
+
+
+def read_meta(directory: Path) -> dict | None:
+    """The ``meta`` of a complete snapshot, None when there is none."""
+    path = Path(directory) / META
+    return json.loads(path.read_text())["meta"] if path.is_file() else None
+
+
+def _encode(value: Any, where: str, tensors: dict[str, torch.Tensor]) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided:
+            raise TypeError(f"{where}: cannot snapshot a {value.layout} tensor")
+        key = f"t{len(tensors)}"
+        tensors[key] = value.detach()
+        return {"$": "tensor", "key": key, "device": str(value.device)}
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biuf":
+            raise TypeError(f"{where}: cannot snapshot an array of dtype {value.dtype}")
+        key = f"t{len(tensors)}"
+        tensors[key] = torch.from_numpy(np.ascontiguousarray(value))
+        return {"$": "ndarray", "key": key, "dtype": value.dtype.str}
+    if isinstance(value, np.generic):
+        return {"$": "np", "dtype": value.dtype.str, "v": value.item()}
+    if isinstance(value, (tuple, list)):
+        tag = "tuple" if isinstance(value, tuple) else "list"
+        return {"$": tag, "items": [_encode(v, f"{where}[{i}]", tensors) for i, v in enumerate(value)]}
+    if isinstance(value, (frozenset, set)):
+        tag = "frozenset" if isinstance(value, frozenset) else "set"
+        # in iteration order: rebuilt in that order, the set iterates as it did
+        return {"$": tag, "items": [_encode(v, f"{where}{{}}", tensors) for v in value]}
+    if isinstance(value, dict):
+        return {"$": "dict", "items": [
+            [_encode(k, f"{where}<key>", tensors), _encode(v, f"{where}[{k!r}]", tensors)] for k, v in value.items()
+        ]}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        name = f"{type(value).__module__}:{type(value).__qualname__}"
+        _clusterfed_type(name)  # refuse at save what load would refuse
+        fields = {f.name: _encode(getattr(value, f.name), f"{where}.{f.name}", tensors) for f in dataclasses.fields(value)}
+        return {"$": "dataclass", "type": name, "fields": fields}
+    if isinstance(value, np.random.Generator):
+        return {"$": "numpy_rng", "bit_generator": type(value.bit_generator).__name__,
+                "state": value.bit_generator.state}
+    if isinstance(value, torch.Generator):
+        key = f"t{len(tensors)}"
+        tensors[key] = value.get_state()
+        return {"$": "torch_rng", "key": key, "device": str(value.device)}
+    raise TypeError(f"{where}: cannot snapshot a value of type {type(value).__name__}")
+
+
+def _clusterfed_type(name: str) -> type:
+    module, _, qualname = name.partition(":")
+    if not (module == "clusterfed" or module.startswith("clusterfed.")):
+        raise TypeError(f"snapshot: dataclass {name} is not a clusterfed type")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not dataclasses.is_dataclass(obj):
+        raise TypeError(f"snapshot: {name} is not a dataclass")
+    return obj

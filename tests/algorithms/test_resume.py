@@ -1,0 +1,142 @@
+"""A cold start interrupted mid-fit resumes from its snapshot and ends exactly as an
+uninterrupted fit: every registered method, on digits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from clusterfed import registry
+from clusterfed.algorithms import FedAvg
+from clusterfed.engine import Engine, TrainingConfig
+from clusterfed.scenarios import build_scenario
+from clusterfed.snapshot import decode, encode, read_meta
+
+ROUNDS = 4
+# Short schedules of the methods whose defaults run long before their rounds.
+SHORT = {
+    "faacl": {"init_epochs": 1, "max_rounds": 3},
+    "fedclust": {"init_epochs": 1},
+    "fedgroup": {"pretrain_epochs": 1},
+    "flhc": {"cluster_round": 1},
+    "stocfl": {"local_epochs": 1, "representation_epochs": 1},
+    "flacc": {"local_epochs": 1},
+    "cfl": {"start_round": 1},
+}
+
+
+class Crash(Exception):
+    pass
+
+
+def _engine(digits) -> Engine:
+    fed = build_scenario(digits, "S2", group_sizes=[3, 3], seed=1)
+    return Engine(fed, training=TrainingConfig(lr=0.05), device="cpu"), fed
+
+
+def _method(name: str):
+    cls = registry.get("coldstart", name)
+    declared = {p.name for p in cls.declared()}
+    return cls(rounds=ROUNDS, **{k: v for k, v in SHORT.get(name, {}).items() if k in declared})
+
+
+def _crash_after(engine: Engine, calls: int, monkeypatch) -> None:
+    """Engine training raises from its ``calls``-th call on (a killed process)."""
+    count = {"n": 0}
+    for attr in ("train", "local_models"):
+        honest = getattr(engine, attr)
+
+        def failing(*args, _honest=honest, **kwargs):
+            count["n"] += 1
+            if count["n"] >= calls:
+                raise Crash
+            return _honest(*args, **kwargs)
+
+        monkeypatch.setattr(engine, attr, failing)
+
+
+def _same(a, b) -> None:
+    assert a.algorithm == b.algorithm
+    assert a.clusters == b.clusters
+    assert a.history == b.history
+    assert a.uploads == b.uploads and a.rejected_by_device == b.rejected_by_device
+    assert np.array_equal(a.model_of_device, b.model_of_device)
+    assert a.params.keys() == b.params.keys()
+    for k in a.params:
+        assert torch.equal(a.params[k], b.params[k]), k
+
+
+@pytest.mark.parametrize("name", sorted(registry.methods("coldstart", builtin_only=True)))
+def test_an_interrupted_fit_resumes_to_the_same_result(name, digits, tmp_path, monkeypatch):
+    engine, fed = _engine(digits)
+    kw = {"seed": 3, "ground_truth": fed.groups, "oracle_pools": fed.oracle_pools}
+    whole = _method(name).fit(engine, **kw)
+
+    # Run until some snapshot exists and crash a few engine calls later.
+    crashed, ckpt = _engine(digits)[0], tmp_path / "ckpt"
+    calls = {"n": 0}
+    count_calls = crashed.train, crashed.local_models
+
+    def counting(f):
+        def wrapped(*args, **kwargs):
+            calls["n"] += 1
+            return f(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(crashed, "train", counting(count_calls[0]))
+    monkeypatch.setattr(crashed, "local_models", counting(count_calls[1]))
+    _method(name).fit(crashed, checkpoint=tmp_path / "probe", checkpoint_every=2, **kw)
+    total = calls["n"]
+    _crash_after(crashed, total, monkeypatch)  # dies in the last engine call
+    with pytest.raises(Crash):
+        _method(name).fit(crashed, checkpoint=ckpt, checkpoint_every=2, **kw)
+    saved = read_meta(ckpt)
+    assert saved is not None and 1 <= saved["round"] < len(whole.history)
+
+    resumed = _method(name).fit(_engine(digits)[0], checkpoint=ckpt, checkpoint_every=2, **kw)
+    _same(resumed, whole)
+
+
+def test_a_snapshot_of_other_settings_is_not_resumed(digits, tmp_path):
+    engine, _ = _engine(digits)
+    ckpt = tmp_path / "ckpt"
+    FedAvg(rounds=2).fit(engine, seed=3, checkpoint=ckpt, checkpoint_every=1, fingerprint="data A")
+    first = read_meta(ckpt)
+    assert first["round"] == 2
+    # Another caller fingerprint (other data): trained from scratch, snapshot replaced.
+    again = FedAvg(rounds=3).fit(engine, seed=3, checkpoint=ckpt, checkpoint_every=1, fingerprint="data B")
+    assert len(again.history) == 3 and read_meta(ckpt)["fingerprint"] != first["fingerprint"]
+    whole = FedAvg(rounds=3).fit(_engine(digits)[0], seed=3)
+    _same(again, whole)
+
+
+def test_encode_decode_round_trips_a_state_tree():
+    rng = np.random.default_rng(5)
+    rng.random(3)
+    gen = torch.Generator().manual_seed(7)
+    torch.rand(2, generator=gen)
+    tree = {
+        "ints": (1, -2, 2**70), "floats": [0.1, float("inf")], "none": None, "text": "α",
+        "array": np.arange(6, dtype=np.int32).reshape(2, 3), "flags": np.array([True, False]),
+        "scalar": np.float32(1.5), "tensor": torch.linspace(0, 1, 5, dtype=torch.float64),
+        "sets": frozenset({frozenset({1, 2}), frozenset()}), 3: {4, 5},
+        "rng": rng, "gen": gen,
+    }
+    structure, tensors = encode(tree)
+    back = decode(structure, tensors)
+    assert back["ints"] == (1, -2, 2**70) and back["floats"] == [0.1, float("inf")] and back["none"] is None
+    assert back["text"] == "α" and back[3] == {4, 5} and back["sets"] == tree["sets"]
+    assert back["array"].dtype == np.int32 and np.array_equal(back["array"], tree["array"])
+    assert back["flags"].dtype == np.bool_ and back["flags"].tolist() == [True, False]
+    assert type(back["scalar"]) is np.float32 and back["scalar"] == 1.5
+    assert back["tensor"].dtype == torch.float64 and torch.equal(back["tensor"], tree["tensor"])
+    assert back["rng"].random() == rng.random()
+    assert torch.equal(torch.rand(3, generator=back["gen"]), torch.rand(3, generator=gen))
+
+
+def test_encode_names_what_it_cannot_snapshot():
+    with pytest.raises(TypeError, match=r"state\['x'\]\[1\]: cannot snapshot a value of type function"):
+        encode({"x": [1, lambda: 0]})
+    with pytest.raises(TypeError, match="state: cannot snapshot an array of dtype object"):
+        encode(np.array([None]))
