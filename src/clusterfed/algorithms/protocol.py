@@ -247,8 +247,7 @@ def run_coldstart(
         else:
             state, done = saved["state"], saved["done"]
             history.resume(saved["rows"])
-            fit.uploads = saved["uploads"]
-            fit.rejected_by_device += saved["rejected_by_device"]
+            fit.resume(saved["uploads"], saved["rejected_by_device"])
         while not method.finished(state, done):
             with engine.tally() as screened:
                 participants = (

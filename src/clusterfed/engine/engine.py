@@ -80,6 +80,11 @@ class Tally:
         devices = round_.rejected_devices
         np.add.at(self.rejected_by_device, devices[devices < self.n_devices], 1)
 
+    def resume(self, uploads: int, rejected_by_device: np.ndarray) -> None:
+        """Carry on from counts taken before a snapshot (a resumed fit)."""
+        self.uploads += int(uploads)
+        self.rejected_by_device += np.asarray(rejected_by_device, dtype=np.int64)
+
     @property
     def rejected(self) -> int:
         return int(self.rejected_by_device.sum())
