@@ -98,17 +98,44 @@ def test_an_interrupted_fit_resumes_to_the_same_result(name, digits, tmp_path, m
     _same(resumed, whole)
 
 
+def test_a_fit_killed_after_init_resumes_without_redoing_it(digits, tmp_path, monkeypatch):
+    """FAACL's initial training (Alg. 1) is snapshotted as round 0."""
+    from clusterfed.algorithms import FAACL
+
+    engine, fed = _engine(digits)
+    whole = _method("faacl").fit(engine, seed=3)
+    honest = FAACL.configure_round
+
+    def crash(*args, **kwargs):
+        raise Crash
+
+    monkeypatch.setattr(FAACL, "configure_round", crash)
+    with pytest.raises(Crash):
+        _method("faacl").fit(_engine(digits)[0], seed=3, checkpoint=tmp_path / "ckpt")
+    assert read_meta(tmp_path / "ckpt")["round"] == 0
+    monkeypatch.setattr(FAACL, "configure_round", honest)
+    monkeypatch.setattr(FAACL, "init", crash)  # resuming must not run it again
+    resumed = _method("faacl").fit(_engine(digits)[0], seed=3, checkpoint=tmp_path / "ckpt")
+    assert resumed.resumed_from_round == 0
+    _same(resumed, whole)
+
+
 def test_a_snapshot_of_other_settings_is_not_resumed(digits, tmp_path):
     engine, _ = _engine(digits)
     ckpt = tmp_path / "ckpt"
-    FedAvg(rounds=2).fit(engine, seed=3, checkpoint=ckpt, checkpoint_every=1, fingerprint="data A")
+    FedAvg(rounds=3).fit(engine, seed=3, checkpoint=ckpt, checkpoint_every=1, fingerprint="data A")
     first = read_meta(ckpt)
-    assert first["round"] == 2
+    assert first["round"] == 3
+    same = FedAvg(rounds=3).fit(engine, seed=3, checkpoint=ckpt, fingerprint="data A")
+    assert same.resumed_from_round == 3  # finished: nothing left to train
     # Another caller fingerprint (other data): trained from scratch, snapshot replaced.
-    again = FedAvg(rounds=3).fit(engine, seed=3, checkpoint=ckpt, checkpoint_every=1, fingerprint="data B")
-    assert len(again.history) == 3 and read_meta(ckpt)["fingerprint"] != first["fingerprint"]
+    other = FedAvg(rounds=3).fit(engine, seed=3, checkpoint=ckpt, checkpoint_every=1, fingerprint="data B")
+    assert other.resumed_from_round is None and read_meta(ckpt)["fingerprint"] != first["fingerprint"]
     whole = FedAvg(rounds=3).fit(_engine(digits)[0], seed=3)
-    _same(again, whole)
+    _same(same, whole)
+    _same(other, whole)
+    with pytest.raises(ValueError, match="checkpoint_every must be >= 1, got 0"):
+        FedAvg(rounds=3).fit(engine, seed=3, checkpoint=ckpt, checkpoint_every=0)
 
 
 def test_encode_decode_round_trips_a_state_tree():

@@ -39,7 +39,7 @@ import torch
 
 from clusterfed.algorithms.base import History, generators, result_from, sample_participants
 from clusterfed.algorithms.clustering import Clustering, ColdStartResult
-from clusterfed.engine import Engine, StackedParams, TrainingConfig
+from clusterfed.engine import Engine, StackedParams, Tally, TrainingConfig
 from clusterfed.engine.local_sgd import LocalObjective, QuadraticPenalty
 from clusterfed.engine.stacked import take
 from clusterfed.engine.tensors import PaddedSplit
@@ -218,8 +218,8 @@ def run_coldstart(
 
     With a ``checkpoint`` directory the fit snapshots everything it carries between
     rounds (the method's state, both random generators, the history, the tally of
-    uploads) after its first round and every ``checkpoint_every`` rounds
-    (:mod:`clusterfed.snapshot`); a rerun whose method, seed, federation size and
+    uploads; :mod:`clusterfed.snapshot`) after ``init``, after its first round and
+    every ``checkpoint_every`` rounds; a rerun whose method, seed, federation size and
     ``fingerprint`` (what the caller's data and settings depend on) are the same
     resumes from it and ends with the same result as a run never interrupted. Any
     other snapshot there is ignored and overwritten. The last snapshot stays, so a
@@ -244,6 +244,8 @@ def run_coldstart(
                     rejected_devices=screened.rejected_devices(),
                 )
             done = 0
+            if checkpoint is not None:  # an init can be long (FAACL's Alg. 1, FedClust's)
+                _snapshot(checkpoint, key, state, ctx, done, history, fit)
         else:
             state, done = saved["state"], saved["done"]
             history.resume(saved["rows"])
@@ -274,15 +276,19 @@ def run_coldstart(
             state = method.recluster(engine, state, ctx)  # its calls count in the fit, not in a round
             done += 1
             if checkpoint is not None and (done == 1 or done % checkpoint_every == 0 or method.finished(state, done)):
-                save_snapshot(checkpoint, {
-                    "state": state, "rng": rng, "generator": gen, "done": done, "rows": history.rows,
-                    "uploads": fit.uploads, "rejected_by_device": fit.rejected_by_device,
-                }, {"fingerprint": key, "round": done})
+                _snapshot(checkpoint, key, state, ctx, done, history, fit)
         clustering = method.final(engine, state, ctx)
     method.fitted(engine, state)
     result = result_from(method.name, engine, clustering, history, fit)
     result.resumed_from_round = None if saved is None else saved["done"]
     return result
+
+
+def _snapshot(checkpoint: Path, key: str, state: Any, ctx: Context, done: int, history: History, fit: Tally) -> None:
+    save_snapshot(checkpoint, {
+        "state": state, "rng": ctx.rng, "generator": ctx.generator, "done": done, "rows": history.rows,
+        "uploads": fit.uploads, "rejected_by_device": fit.rejected_by_device,
+    }, {"fingerprint": key, "round": done})
 
 
 def _fingerprint(method: ColdStart, seed: int, n_devices: int, caller: str) -> str:
