@@ -414,7 +414,8 @@ def summarize(args) -> None:
             cells.append(f"{th[0]:.2f} [{th[1]}]" if th else "—")
         print(f"| {LABEL.get(a, a)} | " + " | ".join(cells) + " |")
 
-    print("\nAdjusted Rand index vs ground-truth groups (mean over seeds) and wall time per run (mean s):\n")
+    print("\nAdjusted Rand index vs ground-truth groups (mean over seeds) and wall time per run (mean s; a resumed "
+          "run's wall time counts only the rounds after its snapshot):\n")
     print("| algorithm | " + " | ".join(f"{s} ARI | {s} wall s" for s in scen) + " |")
     print("|---" * (1 + 2 * len(scen)) + "|")
     for a in args.algorithms:
@@ -423,7 +424,8 @@ def summarize(args) -> None:
             got = by.get((a, s))
             if got:
                 cells.append(f"{np.mean([r['ari'] for r in got]):.3f}")
-                cells.append(f"{np.mean([r['wall_s'] for r in got]):.0f}")
+                resumed = any(r.get("resumed_from_round") is not None for r in got)
+                cells.append(f"{np.mean([r['wall_s'] for r in got]):.0f}" + (" (part: resumed)" if resumed else ""))
             else:
                 cells += ["—", "—"]
         print(f"| {LABEL.get(a, a)} | " + " | ".join(cells) + " |")
