@@ -9,7 +9,8 @@ nothing is unpickled, so loading a snapshot runs no code from the file. A value 
 other type raises :class:`TypeError` naming where it sits in the tree.
 
 A snapshot directory is written under a temporary name and renamed when complete
-(:func:`save_snapshot`), so an interrupted write leaves the previous one usable.
+(:func:`save_snapshot`); the one it replaces is moved aside first and deleted last, so
+a save interrupted at any point leaves the previous snapshot readable.
 """
 
 from __future__ import annotations
@@ -82,22 +83,41 @@ def save_snapshot(directory: Path, tree: Any, meta: dict) -> None:
     tmp.mkdir(parents=True)
     save_tensors(tensors, tmp / TENSORS)
     (tmp / META).write_text(json.dumps({"meta": meta, "tree": structure}))
-    shutil.rmtree(directory, ignore_errors=True)
+    previous = _previous(directory)
+    shutil.rmtree(previous, ignore_errors=True)
+    if directory.exists():
+        directory.rename(previous)  # until the new one is in place, the old one stays readable
     tmp.rename(directory)
+    shutil.rmtree(previous, ignore_errors=True)
 
 
 def load_snapshot(directory: Path) -> tuple[Any, dict]:
-    """(tree, meta) of a snapshot :func:`save_snapshot` finished writing."""
-    directory = Path(directory)
-    blob = json.loads((directory / META).read_text())
-    tensors = load_file(str(directory / TENSORS))
+    """(tree, meta) of the snapshot :func:`save_snapshot` last finished writing."""
+    found = _complete(Path(directory))
+    if found is None:
+        raise FileNotFoundError(f"no complete snapshot in {directory}")
+    blob = json.loads((found / META).read_text())
+    tensors = load_file(str(found / TENSORS))
     return decode(blob["tree"], tensors), blob["meta"]
 
 
 def read_meta(directory: Path) -> dict | None:
-    """The ``meta`` of a complete snapshot, None when there is none."""
-    path = Path(directory) / META
-    return json.loads(path.read_text())["meta"] if path.is_file() else None
+    """The ``meta`` of the last complete snapshot, None when there is none."""
+    found = _complete(Path(directory))
+    return None if found is None else json.loads((found / META).read_text())["meta"]
+
+
+def _previous(directory: Path) -> Path:
+    return directory.with_name(directory.name + ".previous")
+
+
+def _complete(directory: Path) -> Path | None:
+    """``directory``, or the snapshot it replaced when a save was interrupted between
+    moving the old one aside and moving the new one in."""
+    for candidate in (directory, _previous(directory)):
+        if (candidate / META).is_file() and (candidate / TENSORS).is_file():
+            return candidate
+    return None
 
 
 def _encode(value: Any, where: str, tensors: dict[str, torch.Tensor]) -> Any:

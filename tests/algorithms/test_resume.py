@@ -3,6 +3,8 @@ uninterrupted fit: every registered method, on digits."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,7 @@ from clusterfed import registry
 from clusterfed.algorithms import FedAvg
 from clusterfed.engine import Engine, TrainingConfig
 from clusterfed.scenarios import build_scenario
-from clusterfed.snapshot import decode, encode, read_meta
+from clusterfed.snapshot import decode, encode, load_snapshot, read_meta, save_snapshot
 
 ROUNDS = 4
 # Short schedules of the methods whose defaults run long before their rounds.
@@ -160,6 +162,26 @@ def test_encode_decode_round_trips_a_state_tree():
     assert back["tensor"].dtype == torch.float64 and torch.equal(back["tensor"], tree["tensor"])
     assert back["rng"].random() == rng.random()
     assert torch.equal(torch.rand(3, generator=back["gen"]), torch.rand(3, generator=gen))
+
+
+def test_a_save_interrupted_between_its_renames_leaves_the_previous_snapshot(tmp_path, monkeypatch):
+    where = tmp_path / "ckpt"
+    save_snapshot(where, {"round": 1}, {"round": 1})
+    real_rename = Path.rename
+
+    def rename(self, target):
+        if self.name == "ckpt.tmp":  # killed after the old one was moved aside
+            raise KeyboardInterrupt
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(KeyboardInterrupt):
+        save_snapshot(where, {"round": 2}, {"round": 2})
+    monkeypatch.setattr(Path, "rename", real_rename)
+    assert not where.exists()
+    assert read_meta(where) == {"round": 1} and load_snapshot(where) == ({"round": 1}, {"round": 1})
+    save_snapshot(where, {"round": 3}, {"round": 3})
+    assert read_meta(where) == {"round": 3} and sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
 
 def test_encode_names_what_it_cannot_snapshot():
