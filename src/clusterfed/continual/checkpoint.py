@@ -55,7 +55,7 @@ def save_checkpoint(directory: Path, t: int, state: ContinualState, rows: list[d
 
 
 def latest_checkpoint(directory: Path, fingerprint: str) -> tuple[int, ContinualState, list[dict]] | None:
-    """The newest complete checkpoint written with the same ``fingerprint``, if any."""
+    """The newest complete checkpoint, if it was written with the same ``fingerprint``."""
     for files in reversed(saved_checkpoints(directory)):
         if not files.meta.is_file():
             continue
@@ -64,6 +64,16 @@ def latest_checkpoint(directory: Path, fingerprint: str) -> tuple[int, Continual
             return None
         return meta["t"], _load_state(files, meta), meta["rows"]
     return None
+
+
+def discard_checkpoints(directory: Path) -> None:
+    """Delete every checkpoint in ``directory`` (a run starting over): left beside the
+    new run's, another run's later timesteps would be mistaken for its newest checkpoint
+    and block every resume, and would be registered as its models."""
+    for files in saved_checkpoints(directory):
+        shutil.rmtree(files.dir)
+    for tmp in Path(directory).glob("t_[0-9][0-9][0-9].tmp"):
+        shutil.rmtree(tmp)
 
 
 def _load_state(files: CheckpointFiles, meta: dict) -> ContinualState:

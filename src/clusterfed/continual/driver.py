@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from clusterfed.continual.checkpoint import latest_checkpoint, save_checkpoint
+from clusterfed.continual.checkpoint import discard_checkpoints, latest_checkpoint, save_checkpoint
 from clusterfed.continual.schedules import recurrences
 from clusterfed.continual.protocol import ContinualMethod
 from clusterfed.continual.state import ContinualState
@@ -35,14 +35,16 @@ def run_continual(
     ``engine_at(t)`` builds the engine over timestep t's data (devices get new data
     each timestep). After each finished timestep the state and the metric rows are
     checkpointed; a rerun with the same ``fingerprint`` resumes after the newest
-    checkpoint and ends with the same result. ``stop_after`` ends the run early
+    checkpoint and ends with the same result. A rerun with another fingerprint (other
+    parameters or code) deletes the checkpoints it finds and starts over. ``stop_after`` ends the run early
     (used to test resumption). Each timestep's wall time is appended to the JSON-lines
     file ``wall_times`` when given, never to the rows or checkpoints: those must be
     byte-identical between identical runs.
     """
     timesteps = schedule.shape[1] - 1
     resumed = latest_checkpoint(checkpoint_dir, fingerprint)
-    if resumed is None:
+    if resumed is None:  # nothing of this run's: another run's timesteps must not mix into it
+        discard_checkpoints(checkpoint_dir)
         start, state, rows = 0, None, []
     else:
         last, state, rows = resumed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 
 from clusterfed.build import build_continual_algorithm, build_schedule, checkpoint_fingerprint, timestep_engines
@@ -23,9 +25,12 @@ def continual(params: Params, layout: RunLayout, *, progress: bool = True) -> No
     ``training.max_rejected_share`` raises ``TooManyRejected`` naming the devices,
     before writing its results (its checkpoints stay; the runs before it are kept). Wall times go to
     ``RunLayout.wall_times`` (outside the tracked outputs, which stay byte-identical
-    between identical runs).
+    between identical runs). DVC keeps this stage's outputs between runs (``persist``,
+    for the checkpoints), so the runs of methods and seeds no longer in the parameters
+    are deleted here: the outputs hold exactly the runs asked for.
     """
     c = params.continual
+    _delete_runs_not_asked_for(params, layout, progress=progress)
     schedule = build_schedule(params)
     write_json(layout.schedule, schedule.tolist())
     for seed in params.seeds:
@@ -68,3 +73,16 @@ def continual(params: Params, layout: RunLayout, *, progress: bool = True) -> No
                     f"{summary['accuracy']:.4f}  concept reuse {summary['concept_reuse_rate']}",
                     flush=True,
                 )
+
+
+def _delete_runs_not_asked_for(params: Params, layout: RunLayout, *, progress: bool) -> None:
+    asked = {layout.continual_run(name, seed).dir for name in params.continual.algorithms for seed in params.seeds}
+    for run in sorted(layout.continual.glob("*/seed_*")):
+        if run.is_dir() and run not in asked:
+            shutil.rmtree(run)
+            if progress:
+                print(f"deleted {run}: {run.parent.name} seed {run.name.removeprefix('seed_')} is no longer in the parameters",
+                      flush=True)
+    for method in layout.continual.glob("*"):
+        if method.is_dir() and not any(method.iterdir()):
+            method.rmdir()
