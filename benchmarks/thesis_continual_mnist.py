@@ -75,7 +75,8 @@ def run(args) -> None:
         for scenario in args.scenarios:
             out = Path(args.out) / f"{setting}_{scenario}"
             t0 = time.perf_counter()
-            stages.continual(params_for(args, setting, scenario), RunLayout(out), progress=True)
+            stages.continual(params_for(args, setting, scenario), RunLayout(out), progress=True,
+                             keep_other_runs=True)  # runs of earlier invocations stay beside this one's
             print(f"{setting} {scenario}: {time.perf_counter() - t0:.0f} s", flush=True)
 
 

@@ -67,3 +67,6 @@ def test_the_stage_keeps_exactly_the_runs_the_parameters_ask_for(tmp_path):
     assert runs == ["fedavg/seed_10"]
     assert not (layout.continual / "fedprox_ewc").exists()
     assert layout.continual_run("fedavg", 10).timesteps.read_bytes() == kept  # resumed, not redone
+    stages.continual(params(["fedavg"], [55]), layout, progress=False, keep_other_runs=True)  # as the benchmarks gather runs
+    assert sorted(str(p.relative_to(layout.continual)) for p in layout.continual.glob("*/seed_*")) == [
+        "fedavg/seed_10", "fedavg/seed_55"]

@@ -14,7 +14,7 @@ from clusterfed.layout import RunLayout
 from clusterfed.stages.files import save_models, write_json
 
 
-def continual(params: Params, layout: RunLayout, *, progress: bool = True) -> None:
+def continual(params: Params, layout: RunLayout, *, progress: bool = True, keep_other_runs: bool = False) -> None:
     """Devices get new data at every timestep, drawn for the concept the schedule
     gives them. Each finished timestep is checkpointed (``ContinualFiles.checkpoints``);
     rerunning after an interruption resumes from the last finished timestep (only if
@@ -27,10 +27,13 @@ def continual(params: Params, layout: RunLayout, *, progress: bool = True) -> No
     ``RunLayout.wall_times`` (outside the tracked outputs, which stay byte-identical
     between identical runs). DVC keeps this stage's outputs between runs (``persist``,
     for the checkpoints), so the runs of methods and seeds no longer in the parameters
-    are deleted here: the outputs hold exactly the runs asked for.
+    are deleted here, and the outputs hold exactly the runs asked for; a caller that
+    gathers runs of several invocations in one layout (the benchmarks) passes
+    ``keep_other_runs``.
     """
     c = params.continual
-    _delete_runs_not_asked_for(params, layout, progress=progress)
+    if not keep_other_runs:
+        _delete_runs_not_asked_for(params, layout, progress=progress)
     schedule = build_schedule(params)
     write_json(layout.schedule, schedule.tolist())
     for seed in params.seeds:
