@@ -36,10 +36,10 @@ def run_continual(
     each timestep). After each finished timestep the state and the metric rows are
     checkpointed; a rerun with the same ``fingerprint`` resumes after the newest
     checkpoint and ends with the same result. A rerun with another fingerprint (other
-    parameters or code) deletes the checkpoints it finds and starts over. ``stop_after`` ends the run early
-    (used to test resumption). Each timestep's wall time is appended to the JSON-lines
-    file ``wall_times`` when given, never to the rows or checkpoints: those must be
-    byte-identical between identical runs.
+    parameters or code) deletes the checkpoints it finds and starts over.
+    ``stop_after`` ends the run early (used to test resumption). Each timestep's wall
+    time is appended to the JSON-lines file ``wall_times`` when given, never to the
+    rows or checkpoints: those must be byte-identical between identical runs.
     """
     timesteps = schedule.shape[1] - 1
     resumed = latest_checkpoint(checkpoint_dir, fingerprint)
