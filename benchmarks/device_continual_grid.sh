@@ -9,7 +9,8 @@
 # checkpoint fingerprint holds the code digest). Older checkpoints are pruned so the
 # tarball fits the tool's return limits; it is split into 15 MB parts in $OUT.
 # Run from the repository root there, with the MNIST files carried in .mnist/ and
-# pydantic's wheels in .whl/ (RESULTS.md §7, "Session 19").
+# pydantic's wheels in .whl/ (RESULTS.md §7, "Session 19"). SKIP_PIP=1 uses the Python
+# on PATH as it is (to try the script here, with python3 resolving to the project venv).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; JOBS=${JOBS:-16}; LIMIT=${LIMIT:-540}; SEEDS=${SEEDS:-10}
 RUNS=${RUNS:-benchmarks/out/authors_continual_s32_r20}
