@@ -4,7 +4,10 @@ Each (setting, scenario) runs the pipeline's own ``continual`` stage function wi
 the thesis' MNIST settings (Table B.4: 20 devices in two halves, lr 0.01, T = 10,
 100 epochs per timestep, δ = 3, ε 0.5 for S1/S2, 0.3 for A1, 0.2 for A2) into
 ``--out/<setting>_<scenario>/``. The stage checkpoints every timestep, so rerunning
-the same command resumes where it stopped. ``--summarize`` prints the table.
+the same command resumes where it stopped. ``--summarize`` prints the table: mean
+device accuracy, or with ``--weight samples`` accuracy over all test samples (the
+figure of the authors' cold-start code; each device's test size is cached as
+``test_counts.json`` beside its runs).
 
     .venv/bin/python benchmarks/thesis_continual_mnist.py --settings sequential multitask \\
         --scenarios S1 S2 A1 A2 --algorithms cfaacl feddrift fedprox_ewc fedavg --seeds 10
@@ -87,8 +90,9 @@ def summarize(args) -> None:
     from clusterfed.layout import RunLayout
 
     T = args.timesteps
+    figure = "accuracy over all test samples" if args.weight == "samples" else "mean device accuracy"
     print(f"MNIST continual ({args.construction} construction), T = {T}, {args.epochs} epochs per timestep, "
-          f"seeds {args.seeds}: mean accuracy % over t = 1..{T} [clusters at t = {T}, concept reuse]; "
+          f"seeds {args.seeds}: {figure} % averaged over t = 1..{T} [clusters at t = {T}, concept reuse]; "
           "thesis figure (T = 10) beside; wall s per timestep.\n")
     header = "| setting | scenario | " + " | ".join(f"{a} | thesis" for a in args.algorithms) + " | s / timestep |"
     print(header)
@@ -102,7 +106,13 @@ def summarize(args) -> None:
                     path = RunLayout(Path(args.out) / f"{st}_{sc}").continual_run(a, seed).timesteps
                     if path.is_file():
                         result = json.loads(path.read_text())
-                        runs.append(result["summary"]["accuracy"] * 100)
+                        if args.weight == "samples":
+                            n = test_counts(args, st, sc)
+                            runs.append(100 * float(np.mean([
+                                np.dot(r["device_accuracy"], n[r["t"]]) / np.sum(n[r["t"]]) for r in result["rows"][1:]
+                            ])))
+                        else:
+                            runs.append(result["summary"]["accuracy"] * 100)
                         clusters.append(result["rows"][-1]["n_clusters"])
                         reuse.append(result["summary"]["concept_reuse_rate"])
                         walls.append(f"{a} {_wall_per_timestep(RunLayout(Path(args.out) / f'{st}_{sc}'), a, seed):.0f}")
@@ -115,6 +125,27 @@ def summarize(args) -> None:
                 th = THESIS[a].get(sc)
                 cells.append(f"{th[0 if st == 'sequential' else 1]:.2f}" if th else "—")
             print(f"| {st} | {sc} | " + " | ".join(cells) + f" | {'; '.join(walls) or '—'} |")
+
+
+def test_counts(args, setting: str, scenario: str) -> list[list[int]]:
+    """Test samples of each device at t = 0..T (the weights of ``--weight samples``),
+    built once from the run's data and cached beside its runs as ``test_counts.json``.
+    Under the authors' construction the data depend only on t, so every seed and
+    method shares them; under the thesis construction they depend on the seed, and
+    the first of ``--seeds`` is used."""
+    from clusterfed.build import timestep_engines
+    from clusterfed.layout import RunLayout
+
+    path = Path(args.out) / f"{setting}_{scenario}" / "test_counts.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    if args.construction == "thesis" and len(args.seeds) > 1:
+        raise SystemExit("--weight samples: the thesis construction draws each seed's data; give one seed")
+    schedule = np.asarray(json.loads(RunLayout(path.parent).schedule.read_text()))
+    engine_at = timestep_engines(params_for(args, setting, scenario), schedule, args.seeds[0])
+    counts = [engine_at(t).counts("test").tolist() for t in range(args.timesteps + 1)]
+    path.write_text(json.dumps(counts))
+    return counts
 
 
 def _wall_per_timestep(layout, algorithm: str, seed: int) -> float:
@@ -146,6 +177,9 @@ def main() -> None:
     p.add_argument("--out", default="benchmarks/out/continual")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 when runs share cores)")
     p.add_argument("--summarize", action="store_true")
+    p.add_argument("--weight", choices=["devices", "samples"], default="devices",
+                   help="--summarize: mean device accuracy (the default) or accuracy over all test "
+                        "samples (the authors' cold-start figure)")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                    help="params.yaml keys, e.g. continual.fedweit.lambda1=0.01 (use another --out)")
     args = p.parse_args()
