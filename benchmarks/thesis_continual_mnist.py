@@ -133,16 +133,15 @@ def test_counts(args, setting: str, scenario: str) -> list[list[int]]:
     Under the authors' construction the data depend only on t, so every seed and
     method shares them; under the thesis construction they depend on the seed, and
     the first of ``--seeds`` is used."""
-    from clusterfed.build import timestep_engines
-    from clusterfed.layout import RunLayout
+    from clusterfed.build import build_schedule, timestep_engines
 
     path = Path(args.out) / f"{setting}_{scenario}" / "test_counts.json"
     if path.is_file():
         return json.loads(path.read_text())
     if args.construction == "thesis" and len(args.seeds) > 1:
         raise SystemExit("--weight samples: the thesis construction draws each seed's data; give one seed")
-    schedule = np.asarray(json.loads(RunLayout(path.parent).schedule.read_text()))
-    engine_at = timestep_engines(params_for(args, setting, scenario), schedule, args.seeds[0])
+    params = params_for(args, setting, scenario)
+    engine_at = timestep_engines(params, build_schedule(params), args.seeds[0])  # the runs' schedule.json is not committed
     counts = [engine_at(t).counts("test").tolist() for t in range(args.timesteps + 1)]
     path.write_text(json.dumps(counts))
     return counts
