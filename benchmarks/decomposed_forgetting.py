@@ -96,6 +96,9 @@ def main() -> None:
         if algorithm not in ("fedweit", "fedprox_apd"):
             raise SystemExit(f"--runs expects OUT:fedweit or OUT:fedprox_apd, got {spec!r}")
         for seed in args.seeds:
+            files = RunLayout(Path(out) / f"{args.setting}_{args.scenario}").continual_run(algorithm, seed)
+            if not files.timesteps.is_file():
+                raise SystemExit(f"{files.timesteps}: missing (no finished {algorithm} run of seed {seed} under {out})")
             run_args = argparse.Namespace(
                 out=out, construction=args.construction, seeds=[seed], timesteps=T, root=args.root,
                 epochs=args.epochs, algorithms=[algorithm], set=args.set, device="cpu", init_epochs=5,
@@ -106,7 +109,6 @@ def main() -> None:
                 params = tcm.params_for(run_args, args.setting, args.scenario)
                 engines[key] = timestep_engines(params, build_schedule(params), seed)
             engine_at = engines[key]
-            files = RunLayout(Path(out) / f"{args.setting}_{args.scenario}").continual_run(algorithm, seed)
             rows = json.loads(files.timesteps.read_text())["rows"]
             final = parts_at(files.checkpoints, T)
             lost, drifts = [], []
