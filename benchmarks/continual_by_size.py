@@ -40,13 +40,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", nargs="+", required=True, metavar="OUT:ALGORITHM",
                    help="a thesis_continual_mnist.py --out folder and an algorithm run there")
-    p.add_argument("--setting", required=True, choices=["sequential", "multitask"])
-    p.add_argument("--scenario", required=True, choices=["S1", "S2", "A1", "A2"])
-    p.add_argument("--seeds", nargs="+", type=int, default=[10])
-    p.add_argument("--construction", choices=["thesis", "authors"], default="authors")
-    p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--timesteps", type=int, default=10)
-    p.add_argument("--root", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets"))
+    tcm.cell_arguments(p, construction="authors")
     args = p.parse_args()
     from clusterfed.layout import RunLayout
 
@@ -58,11 +52,7 @@ def main() -> None:
         out, _, algorithm = spec.rpartition(":")
         if not out:
             raise SystemExit(f"--runs expects OUT:ALGORITHM, got {spec!r}")
-        run_args = argparse.Namespace(
-            out=out, construction=args.construction, seeds=args.seeds, timesteps=args.timesteps, root=args.root,
-            epochs=args.epochs, algorithms=[algorithm], set=[], device="cpu", init_epochs=5,
-            samples_per_device=1000, test_samples_per_device=200,
-        )
+        run_args = tcm.run_namespace(args, out=out, algorithm=algorithm, seeds=args.seeds)
         counts = np.asarray(tcm.test_counts(run_args, args.setting, args.scenario))
         for seed in args.seeds:
             path = RunLayout(Path(out) / f"{args.setting}_{args.scenario}").continual_run(algorithm, seed).timesteps

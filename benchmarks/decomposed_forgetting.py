@@ -71,15 +71,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", nargs="+", required=True, metavar="OUT:ALGORITHM",
                    help="a thesis_continual_mnist.py --out folder and fedweit or fedprox_apd run there")
-    p.add_argument("--setting", required=True, choices=["sequential", "multitask"])
-    p.add_argument("--scenario", required=True, choices=["S1", "S2", "A1", "A2"])
-    p.add_argument("--seeds", nargs="+", type=int, default=[10])
-    p.add_argument("--construction", choices=["thesis", "authors"], default="thesis")
-    p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--timesteps", type=int, default=10)
+    tcm.cell_arguments(p, construction="thesis")
     p.add_argument("--prune", type=float, default=1e-3, help="the runs' λ1: the served model keeps |A| > λ1")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="the runs' scenario --set options")
-    p.add_argument("--root", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets"))
     args = p.parse_args()
     from clusterfed.build import build_schedule, timestep_engines
     from clusterfed.layout import RunLayout
@@ -99,11 +93,7 @@ def main() -> None:
             files = RunLayout(Path(out) / f"{args.setting}_{args.scenario}").continual_run(algorithm, seed)
             if not files.timesteps.is_file():
                 raise SystemExit(f"{files.timesteps}: missing (no finished {algorithm} run of seed {seed} under {out})")
-            run_args = argparse.Namespace(
-                out=out, construction=args.construction, seeds=[seed], timesteps=T, root=args.root,
-                epochs=args.epochs, algorithms=[algorithm], set=args.set, device="cpu", init_epochs=5,
-                samples_per_device=1000, test_samples_per_device=200,
-            )
+            run_args = tcm.run_namespace(args, out=out, algorithm=algorithm, seeds=[seed], settings=args.set)
             key = (args.construction, seed if args.construction == "thesis" else None)
             if key not in engines:  # the data: shared by every run of the same seed (thesis) or by all (authors)
                 params = tcm.params_for(run_args, args.setting, args.scenario)

@@ -159,7 +159,31 @@ def _wall_per_timestep(layout, algorithm: str, seed: int) -> float:
     return float(np.mean(list(walls.values()))) if walls else float("nan")
 
 
-def main() -> None:
+def cell_arguments(p: argparse.ArgumentParser, *, construction: str) -> None:
+    """The arguments of a script that reads one (setting, scenario) cell of this
+    benchmark's runs (``continual_by_size.py``, ``decomposed_forgetting.py``)."""
+    p.add_argument("--setting", required=True, choices=["sequential", "multitask"])
+    p.add_argument("--scenario", required=True, choices=["S1", "S2", "A1", "A2"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[10])
+    p.add_argument("--construction", choices=["thesis", "authors"], default=construction)
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--timesteps", type=int, default=10)
+    p.add_argument("--root", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets"))
+
+
+def run_namespace(cell: argparse.Namespace, *, out: str, algorithm: str, seeds: list[int],
+                  settings: list[str] = ()) -> argparse.Namespace:
+    """This benchmark's arguments for the runs of ``algorithm`` under ``out`` in the cell
+    that ``cell`` (``cell_arguments``) names: its defaults, with the cell's values."""
+    args = parser().parse_args([])
+    args.__dict__.update(
+        out=out, construction=cell.construction, seeds=seeds, timesteps=cell.timesteps, root=cell.root,
+        epochs=cell.epochs, algorithms=[algorithm], set=list(settings), device="cpu",
+    )
+    return args
+
+
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--settings", nargs="+", default=["sequential", "multitask"])
     p.add_argument("--scenarios", nargs="+", default=["S1", "S2", "A1", "A2"])
@@ -181,7 +205,11 @@ def main() -> None:
                         "samples (the authors' cold-start figure)")
     p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                    help="params.yaml keys, e.g. continual.fedweit.lambda1=0.01 (use another --out)")
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.threads:
         import torch
 
