@@ -8,7 +8,13 @@ pruned A of task 0, not zeros). Interleaved repetitions, medians; ``uptime`` loa
 recorded before and after. ``--profile`` prints torch's operator profile of one
 round per method instead. Writes ``benchmarks/out/composed_round.json``.
 
+``--construction authors`` times t = 1 of a cell of ``thesis_continual_mnist.py``'s
+authors' construction instead (``--scenario``, default A2: 50 devices of power-law
+sizes, sparse-input kernel), where devices finish their local epoch at very
+different steps.
+
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/composed_round.py --threads 1
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/composed_round.py --threads 1 --construction authors
 """
 
 from __future__ import annotations
@@ -32,6 +38,18 @@ METHODS = ("fedavg", "fedweit", "fedprox_apd", "fedprox_ssgd")
 
 
 def setup(args):
+    if args.construction == "authors":
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import thesis_continual_mnist as tcm
+
+        cell = argparse.Namespace(construction="authors", timesteps=10, root=args.root, epochs=args.rounds)
+        run = tcm.run_namespace(cell, out="", algorithm=args.methods[0], seeds=[10],
+                                settings=["training.sparse_inputs=true"])
+        run.algorithms = list(args.methods)
+        params = tcm.params_for(run, "sequential", args.scenario)
+        return params, timestep_engines(params, build_schedule(params), seed=10)(1)
     params = parse_params(
         {
             "seeds": [10],
@@ -64,6 +82,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--construction", choices=["thesis", "authors"], default="thesis")
+    p.add_argument("--scenario", default="A2", help="--construction authors: the sequential cell timed")
     p.add_argument("--root", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets"))
     p.add_argument("--out", default="benchmarks/out/composed_round.json")
     args = p.parse_args()
@@ -87,6 +107,7 @@ def main() -> None:
     result = {
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats,
+        "construction": args.construction, "scenario": args.scenario if args.construction == "authors" else "S1",
         "load_before": load_before, "load_after": load_after,
         "s_per_round": {k: statistics.median(v) for k, v in times.items()},
         "all": times,

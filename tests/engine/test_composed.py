@@ -59,3 +59,33 @@ def test_cnn_trains_through_the_composed_kernel_as_through_local_sgd(digits):
     composed = engine.local_composed(params, Identity(), np.arange(4), torch.Generator().manual_seed(3)).params
     for k in params:
         torch.testing.assert_close(composed[k], plain[k], rtol=1e-4, atol=1e-5)
+
+
+class _RecordingIdentity(Identity):
+    """θ = φ, recording how many pairs each step composes."""
+
+    def __init__(self):
+        self.rows: list[int] = []
+
+    def compose(self, variables):
+        self.rows.append(next(iter(variables.values())).shape[0])
+        return variables
+
+
+def test_a_step_composes_only_the_pairs_with_samples_left(engine):
+    """Pairs train by decreasing size, so once the smaller ones run out a step composes
+    and trains only the first ``Minibatch.rows`` (as ``local_sgd``), with the same
+    result as every pair alone (the reference tests in tests/continual)."""
+    from clusterfed.engine.composed import composed_sgd
+    from clusterfed.engine.local_sgd import minibatches
+
+    data = engine.data.train
+    counts = data.counts[:4].sort(descending=True).values
+    assert len(set(counts.tolist())) > 1  # A2's devices differ in size
+    params = engine.init_params(4, torch.Generator().manual_seed(0), distinct=True)
+    recording = _RecordingIdentity()
+    composed_sgd(engine.model, params, recording, data, torch.arange(4), epochs=2, lr=0.05, l2=L2, batch_size=10,
+                 generator=torch.Generator().manual_seed(1))
+    per_epoch = [b.rows for b in minibatches(counts, 10)]
+    assert recording.rows == per_epoch * 2
+    assert per_epoch[0] == 4 and per_epoch[-1] < 4  # the last steps leave finished pairs out

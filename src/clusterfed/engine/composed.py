@@ -28,7 +28,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from clusterfed.engine.adam import StackedAdam
-from clusterfed.engine.local_sgd import CHUNK_FLOATS, epoch_orders, minibatches, padded, pair_order, rows_of
+from clusterfed.engine.local_sgd import CHUNK_FLOATS, Batches, epoch_orders, minibatches, padded, pair_order, rows_of
 from clusterfed.engine.stacked import StackedParams
 from clusterfed.engine.tensors import PaddedSplit
 from clusterfed.models import is_regularized
@@ -143,33 +143,43 @@ def composed_sgd(
 @torch.no_grad()
 def _train_chunk(gradient_fn, variables, composition, data, device_of_pair, draws, *, lr, l2, batch_size,
                  adam: bool = False) -> None:
-    """The epochs of ``composed_sgd`` for one chunk of pairs, in place on ``variables``."""
+    """The epochs of ``composed_sgd`` for one chunk of pairs, in place on ``variables``.
+
+    As in ``local_sgd``, pairs come by decreasing sample count, so a step composes and
+    trains only the first ``batch.rows`` pairs, those with samples left (views; their
+    composition is taken once per chunk and prefix length), not the whole chunk with
+    the finished ones masked: the same floats, fewer pair-steps on power-law devices."""
     steps = minibatches(data.counts[device_of_pair], batch_size)
-    rows = device_of_pair[:, None]
+    batch_of = Batches(data, device_of_pair)
+    n_pairs = len(device_of_pair)
+    prefixes = {n_pairs: (variables, composition)}
     if adam:
         buffers = {k: torch.zeros_like(v) for k, v in variables.items()}
         optimiser = StackedAdam(variables, buffers)
-        everyone = list(range(len(device_of_pair)))
     for order, masks in draws:
         order = padded(order, steps)
         for s, batch in enumerate(steps):
-            idx = order[:, batch.cols]
-            theta = composition.compose(variables)
-            grads = gradient_fn(theta, data.x[rows, idx], data.y[rows, idx], batch.weight, l2=l2,
-                                dropout=None if masks is None else masks[:, s])
-            gradients = composition.gradients(variables, grads)
+            n = batch.rows
+            if n not in prefixes:
+                prefixes[n] = ({k: v[:n] for k, v in variables.items()}, composition.take(slice(0, n)))
+            live, live_composition = prefixes[n]
+            theta = live_composition.compose(live)
+            grads = gradient_fn(theta, *batch_of(order[:n, batch.cols]), batch.weight[:n], l2=l2,
+                                dropout=None if masks is None else masks[:n, s])
+            gradients = live_composition.gradients(live, grads)
             if adam:  # a missing key has gradient zero; finished pairs take no step
                 for k, buffer in buffers.items():
                     if k in gradients:
-                        buffer.copy_(gradients[k])
+                        buffer[:n].copy_(gradients[k])
                     else:
-                        buffer.zero_()
-                optimiser.step(everyone if batch.everyone else torch.nonzero(batch.active).flatten().tolist(), lr=lr)
+                        buffer[:n].zero_()
+                active = range(n_pairs) if batch.everyone else torch.nonzero(batch.active[:n]).flatten().tolist()
+                optimiser.step(list(active), lr=lr)
                 continue
             for k, g in gradients.items():
                 if not batch.everyone:  # finished pairs: no step (their l2 and penalty included)
-                    g = g * batch.active.view(-1, *[1] * (g.dim() - 1))
-                variables[k].sub_(g, alpha=lr)
+                    g = g * batch.active[:n].view(-1, *[1] * (g.dim() - 1))
+                live[k].sub_(g, alpha=lr)
 
 
 def _autograd_gradients(model: nn.Module):

@@ -354,7 +354,7 @@ def _train_chunk(step_fn, params, data, device_of_pair, orders, *, pull, objecti
     (views), not the whole chunk with the finished ones masked (with the authors'
     power-law devices, 1.4-1.6x the pair-steps)."""
     steps = minibatches(data.counts[device_of_pair], batch_size)
-    batch_of = _Batches(data, device_of_pair)
+    batch_of = Batches(data, device_of_pair)
     n_pairs = len(device_of_pair)
     for order, second in orders:
         order = padded(order, steps)
@@ -383,7 +383,7 @@ def _train_chunk(step_fn, params, data, device_of_pair, orders, *, pull, objecti
                 pull.apply(params, lr)
 
 
-class _Batches:
+class Batches:
     """``data.x[device_of_pair[:, None], idx]`` and the same of ``data.y``: one batch per
     pair. Taken with ``index_select`` on the samples flattened over devices (a view),
     which gathered the rows of a 10 × 10 MNIST batch 2.7× faster than that advanced
