@@ -83,7 +83,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--profile", action="store_true")
     p.add_argument("--construction", choices=["thesis", "authors"], default="thesis")
-    p.add_argument("--scenario", default="A2", help="--construction authors: the sequential cell timed")
+    p.add_argument("--scenario", choices=["S1", "S2", "A2"], default="A2",
+                   help="--construction authors: the sequential cell timed (A1 has no sparse-input kernel)")
     p.add_argument("--root", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets"))
     p.add_argument("--out", default="benchmarks/out/composed_round.json")
     args = p.parse_args()
