@@ -60,12 +60,28 @@ class Local(_FixedClusters):
 
 @register
 class FedAvg(_FixedClusters):
-    """FedAvg (McMahan et al., 2017): one model averaged over all devices."""
+    """FedAvg (McMahan et al., 2017): one model averaged over all devices.
+
+    ``visit="sequential"`` is the global model of the StoCFL authors' code, which
+    their Table 1 FedAvg row reads (Zeng et al., StoCFL, §3.2): the round's devices
+    train one after another, each from the model the previous one returned, and the
+    server averages the models of that sequence (``Engine.chained_models``).
+    """
 
     name = "fedavg"
+    hyperparameters = (
+        Param("visit", "parallel", "how a round's devices train: all from the server's model (McMahan et al.), "
+              "or one after another, each from the previous one's model, averaging that sequence "
+              "(the StoCFL authors' global model)", kind=str, choices=("parallel", "sequential")),
+    )
+    visit: str = "parallel"  # subclasses that declare their own parameters keep it
 
     def groups(self, n_devices: int) -> list[list[int]]:
         return [list(range(n_devices))]
+
+    def configure_round(self, engine, state, participants, ctx):
+        state, plan = super().configure_round(engine, state, participants, ctx)
+        return state, replace(plan, visit=self.visit)
 
 
 @dataclass(frozen=True)

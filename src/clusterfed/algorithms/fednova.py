@@ -51,6 +51,7 @@ class FedNova(FedAvg):
     (eq. 9) instead of the models."""
 
     name = "fednova"
+    hyperparameters = ()  # its normalised average needs every update from the global model
 
     def configure_round(self, engine, state, participants, ctx):
         state, plan = super().configure_round(engine, state, participants, ctx)

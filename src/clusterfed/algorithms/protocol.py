@@ -39,7 +39,7 @@ import torch
 
 from clusterfed.algorithms.base import History, generators, result_from, sample_participants
 from clusterfed.algorithms.clustering import Clustering, ColdStartResult
-from clusterfed.engine import Engine, StackedParams, Tally, TrainingConfig
+from clusterfed.engine import Engine, StackedParams, Tally, TrainingConfig, Visit
 from clusterfed.engine.local_sgd import LocalObjective, QuadraticPenalty
 from clusterfed.engine.stacked import take
 from clusterfed.engine.tensors import PaddedSplit
@@ -112,7 +112,8 @@ class RoundPlan:
     history (``"clustering"`` or ``"training"``). ``local_epochs``, ``penalty``, ``training``,
     ``data`` and ``objective`` (Per-FedAvg's or pFedMe's local step) pass through to
     the engine; ``pair_weight`` scales pair p's |Z^train| in the average (FAACL's
-    ``supporter_weight``).
+    ``supporter_weight``); ``visit="sequential"`` trains each model's pairs one after
+    another, each from the previous pair's upload (``Engine.chained_models``).
     """
 
     params: StackedParams
@@ -128,6 +129,7 @@ class RoundPlan:
     data: PaddedSplit | None = None
     pair_weight: np.ndarray | None = None
     objective: LocalObjective | None = None
+    visit: Visit = "parallel"
 
 
 class ColdStart(Method, Generic[State]):
@@ -256,8 +258,14 @@ def run_coldstart(
                     np.arange(n) if method.full_participation else sample_participants(rng, n, method.participation)
                 )
                 state, plan = method.configure_round(engine, state, participants, ctx)
-                call = engine.train if plan.upload == "average" else engine.local_models
-                extra = {"pair_weight": plan.pair_weight} if plan.pair_weight is not None else {}
+                if plan.upload == "average":
+                    call = engine.train
+                    extra = {"visit": plan.visit} if plan.visit != "parallel" else {}
+                else:
+                    call = engine.local_models if plan.visit == "parallel" else engine.chained_models
+                    extra = {}
+                if plan.pair_weight is not None:
+                    extra["pair_weight"] = plan.pair_weight
                 result = call(
                     plan.params, plan.models, plan.devices, gen,
                     local_epochs=plan.local_epochs, data=plan.data, penalty=plan.penalty, training=plan.training,

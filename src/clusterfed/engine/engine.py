@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import torch
@@ -31,6 +32,10 @@ from clusterfed.engine.stacked import StackedParams, init_stacked
 from clusterfed.engine.tensors import FederationTensors, PaddedSplit, pooled
 from clusterfed.models import CONV_CHANNELS, KERNEL_SIZE, build_model, is_regularized
 from clusterfed.scenarios import Federation
+
+#: How a round's pairs of one model train (``Engine.train``): all from the model at once,
+#: or one after another, each from the previous one's upload.
+Visit = Literal["parallel", "sequential"]
 
 #: The largest upload buffer ``Engine.train`` keeps between rounds (larger rounds write
 #: fresh tensors): 2 GiB holds 5000 pairs of the thesis MLP.
@@ -192,10 +197,14 @@ class Engine:
         training: TrainingConfig | None = None,
         objective: LocalObjective | None = None,
         pair_weight: np.ndarray | None = None,
+        visit: Visit = "parallel",
     ) -> Round:
         """One communication round (thesis Alg. 4): pair p trains model ``model_of_pair[p]``
         locally on device ``device_of_pair[p]``, then each model becomes the
         |Z_d^train|-weighted average of its pairs. Models without pairs are unchanged.
+        ``visit="sequential"``: each model's pairs train one after another instead, in
+        the order given, each from the model the previous one uploaded
+        (:meth:`chained_models`), and the model becomes the average of that sequence.
 
         Pairs whose upload is rejected (``engine/robust.py``: not finite, or a norm
         outlier against the call's other updates) are left out of the average and
@@ -209,11 +218,19 @@ class Engine:
         data = self.data.train if data is None else data
         if len(model_of_pair) == 0:
             return Round(params, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-        uploads = self._local_models(
-            params, model_of_pair, device_of_pair, generator,
-            local_epochs=local_epochs, data=data, penalty=penalty, training=training, objective=objective,
-            buffer=self._uploads_buffer(params, len(model_of_pair)),  # averaged below, then free to reuse
-        )
+        if visit == "sequential":
+            uploads = self.chained_models(
+                params, model_of_pair, device_of_pair, generator,
+                local_epochs=local_epochs, data=data, penalty=penalty, training=training, objective=objective,
+            )
+        elif visit == "parallel":
+            uploads = self._local_models(
+                params, model_of_pair, device_of_pair, generator,
+                local_epochs=local_epochs, data=data, penalty=penalty, training=training, objective=objective,
+                buffer=self._uploads_buffer(params, len(model_of_pair)),  # averaged below, then free to reuse
+            )
+        else:
+            raise ValueError(f"visit: expected 'parallel' or 'sequential', got {visit!r}")
         averaged = self.aggregate(
             uploads.params, model_of_pair, device_of_pair, params,
             rejected=uploads.rejected, data=data, pair_weight=pair_weight,
@@ -270,6 +287,61 @@ class Engine:
             params, model_of_pair, device_of_pair, generator,
             local_epochs=local_epochs, data=data, penalty=penalty, training=training, objective=objective,
         )
+
+    def chained_models(
+        self,
+        params: StackedParams,
+        model_of_pair: np.ndarray,
+        device_of_pair: np.ndarray,
+        generator: torch.Generator,
+        *,
+        local_epochs: int | None = None,
+        data: PaddedSplit | None = None,
+        penalty: QuadraticPenalty | None = None,
+        training: TrainingConfig | None = None,
+        objective: LocalObjective | None = None,
+    ) -> Round:
+        """What each pair uploads when each model's pairs visit their devices in turn:
+        the i-th pair of model m (in the order given) starts from what the (i−1)-th
+        uploaded, the first from ``params``' row m. One row per pair, as ``local_models``.
+
+        This is how the StoCFL authors' code trains its global model ω in a round
+        (``RotatedMNISTTrainer.train`` of dunzeng/StoCFL: each sampled client trains the
+        model the previous client returned), which their FedAvg row reads. The i-th
+        pairs of all models train in one batched call, so a call costs as many steps in
+        sequence as the longest chain. Each of those calls is screened on its own: with
+        one chain (FedAvg) only non-finite uploads are rejected, since the norm rule
+        needs a call's other updates; a rejected pair is passed over, and the next
+        starts from the last accepted model."""
+        model_of_pair = np.asarray(model_of_pair)
+        device_of_pair = np.asarray(device_of_pair)
+        n_pairs = len(model_of_pair)
+        order = np.argsort(model_of_pair, kind="stable")
+        first = np.r_[0, np.flatnonzero(np.diff(model_of_pair[order])) + 1]
+        position = np.empty(n_pairs, dtype=np.int64)
+        position[order] = np.arange(n_pairs) - np.repeat(first, np.diff(np.r_[first, n_pairs]))
+        current = dict(params)  # row m: what model m's chain hands on next (replaced, never written in place)
+        uploads: StackedParams = {}
+        rejected: list[np.ndarray] = []
+        for step in range(int(position.max()) + 1 if n_pairs else 0):
+            pairs = np.flatnonzero(position == step)
+            models = model_of_pair[pairs]
+            result = self._local_models(
+                current, models, device_of_pair[pairs], generator, local_epochs=local_epochs, data=data,
+                penalty=penalty, training=training, objective=objective,
+            )
+            if not uploads:
+                uploads = {k: v.new_empty((n_pairs, *v.shape[1:])) for k, v in result.params.items()}
+            index = torch.as_tensor(pairs, dtype=torch.long, device=self.device)
+            for k, v in result.params.items():
+                uploads[k].index_copy_(0, index, v)
+            keep = np.setdiff1d(np.arange(len(pairs)), result.rejected)
+            rows = torch.as_tensor(models[keep], dtype=torch.long, device=self.device)
+            kept = torch.as_tensor(keep, dtype=torch.long, device=self.device)
+            current = {k: v.index_copy(0, rows, result.params[k].index_select(0, kept)) for k, v in current.items()}
+            rejected.append(pairs[result.rejected])
+        rejected_pairs = np.sort(np.concatenate(rejected)) if rejected else np.zeros(0, dtype=np.int64)
+        return Round(uploads, rejected_pairs, device_of_pair)
 
     def _uploads_buffer(self, params: StackedParams, n_pairs: int) -> StackedParams | None:
         """The tensors ``train`` writes its uploads into, kept from round to round (grown
