@@ -215,6 +215,17 @@ def test_checkpoint_fingerprint_follows_only_what_the_model_uses():
     assert checkpoint_fingerprint(mlp, "cfaacl", 10) != checkpoint_fingerprint(mlp, "cfaacl", 11)
 
 
+def test_checkpoint_fingerprint_ignores_where_the_dataset_lies():
+    """A run resumed with the same MNIST files at another path (a carried copy on a lent
+    machine) keeps its checkpoints; another dataset does not."""
+    here = parse_params({"data": {"dataset": "mnist", "root": "../shared/datasets"}})
+    moved = parse_params({"data": {"dataset": "mnist", "root": ".mnist"}})
+    digits = parse_params({"data": {"dataset": "digits"}})
+    assert checkpoint_fingerprint(here, "feddrift", 10) == checkpoint_fingerprint(moved, "feddrift", 10)
+    assert checkpoint_fingerprint(here) == checkpoint_fingerprint(moved)
+    assert checkpoint_fingerprint(here, "feddrift", 10) != checkpoint_fingerprint(digits, "feddrift", 10)
+
+
 def test_support_graph_and_edges_per_round_for_algorithms_with_supporters(run):
     root, _ = run
     history = json.loads((root / "data" / "coldstart" / "faacl" / "seed_10" / "history.json").read_text())

@@ -163,6 +163,7 @@ def checkpoint_fingerprint(params: Params, algorithm: str | None = None, seed: i
     relevant = params.model_dump(include={"data", "scenario", "model", "training", stage})
     relevant[stage].pop("algorithms")
     relevant[stage].pop("checkpoint_every", None)  # when snapshots are taken changes no result
+    relevant["data"].pop("root")  # where the dataset's files lie, not which dataset: a moved copy resumes
     if params.model.name == "mlp":  # the MLP ignores the CNN's shape
         for key in ("conv_channels", "kernel_size"):
             relevant["model"].pop(key)

@@ -19,6 +19,7 @@ import dataclasses
 import importlib
 import json
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,19 @@ import torch
 from safetensors.torch import load_file
 
 from clusterfed.tensorfile import save_tensors
+
+
+class StaleCheckpoint(UserWarning):
+    """A checkpoint left by a run of other parameters or code: the run starts over and
+    replaces it. Said aloud, because the lost work can be hours (a mistyped option, a
+    code change) and the rerun would otherwise look like a resume."""
+
+
+def warn_stale(directory: Path, what: str) -> None:
+    warnings.warn(
+        f"{directory}: {what} written with other parameters or code (checkpoint fingerprint differs): "
+        f"starting over, and the old {what} will be replaced", StaleCheckpoint, stacklevel=3,
+    )
 
 TENSORS = "state.safetensors"
 META = "state.json"

@@ -13,7 +13,7 @@ from clusterfed import registry
 from clusterfed.algorithms import FedAvg
 from clusterfed.engine import Engine, TrainingConfig
 from clusterfed.scenarios import build_scenario
-from clusterfed.snapshot import decode, encode, load_snapshot, read_meta, save_snapshot
+from clusterfed.snapshot import StaleCheckpoint, decode, encode, load_snapshot, read_meta, save_snapshot
 
 ROUNDS = 4
 # Short schedules of the methods whose defaults run long before their rounds.
@@ -131,7 +131,8 @@ def test_a_snapshot_of_other_settings_is_not_resumed(digits, tmp_path):
     same = FedAvg(rounds=3).fit(engine, seed=3, checkpoint=ckpt, fingerprint="data A")
     assert same.resumed_from_round == 3  # finished: nothing left to train
     # Another caller fingerprint (other data): trained from scratch, snapshot replaced.
-    other = FedAvg(rounds=3).fit(engine, seed=3, checkpoint=ckpt, checkpoint_every=1, fingerprint="data B")
+    with pytest.warns(StaleCheckpoint, match="snapshot written with other parameters or code"):
+        other = FedAvg(rounds=3).fit(engine, seed=3, checkpoint=ckpt, checkpoint_every=1, fingerprint="data B")
     assert other.resumed_from_round is None and read_meta(ckpt)["fingerprint"] != first["fingerprint"]
     whole = FedAvg(rounds=3).fit(_engine(digits)[0], seed=3)
     _same(same, whole)

@@ -1,6 +1,7 @@
 """The continual driver's checkpoints: a rerun resumes only its own run's timesteps."""
 
 import numpy as np
+import pytest
 
 from clusterfed import stages
 from clusterfed.config import parse_params
@@ -11,6 +12,7 @@ from clusterfed.continual.state import timestep_seed
 from clusterfed.engine import Engine, TrainingConfig
 from clusterfed.layout import RunLayout, saved_checkpoints
 from clusterfed.scenarios import federation_from_concepts
+from clusterfed.snapshot import StaleCheckpoint
 
 
 def _run(digits, schedule, directory, fingerprint, stop_after=None):
@@ -31,7 +33,8 @@ def _run(digits, schedule, directory, fingerprint, stop_after=None):
 def test_a_run_of_new_settings_replaces_the_old_checkpoints_and_resumes_its_own(digits, tmp_path):
     schedule = make_schedule("sequential", 4, 4)
     _run(digits, schedule, tmp_path, "old settings")  # a finished run leaves t = 0..4 behind
-    _, computed = _run(digits, schedule, tmp_path, "new settings", stop_after=1)  # interrupted after t = 1
+    with pytest.warns(StaleCheckpoint, match=r"5 timestep checkpoint\(s\) written with other parameters"):
+        _, computed = _run(digits, schedule, tmp_path, "new settings", stop_after=1)  # interrupted after t = 1
     assert computed == [0, 1]
     assert len(saved_checkpoints(tmp_path)) == 2  # the old run's timesteps are gone, not mixed in
     rows, computed = _run(digits, schedule, tmp_path, "new settings")

@@ -44,7 +44,7 @@ from clusterfed.engine.local_sgd import LocalObjective, QuadraticPenalty
 from clusterfed.engine.stacked import take
 from clusterfed.engine.tensors import PaddedSplit
 from clusterfed.hyperparams import Param, check
-from clusterfed.snapshot import load_snapshot, read_meta, save_snapshot
+from clusterfed.snapshot import load_snapshot, read_meta, save_snapshot, warn_stale
 
 State = TypeVar("State")
 
@@ -311,7 +311,10 @@ def _resume(checkpoint: Path | None, key: str) -> dict | None:
     if checkpoint is None:
         return None
     meta = read_meta(checkpoint)
-    if meta is None or meta.get("fingerprint") != key:
+    if meta is None:
+        return None
+    if meta.get("fingerprint") != key:
+        warn_stale(checkpoint, "snapshot")
         return None
     tree, _ = load_snapshot(checkpoint)
     return tree

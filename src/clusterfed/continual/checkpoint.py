@@ -20,6 +20,7 @@ from clusterfed.algorithms import Cluster, Clustering
 from clusterfed.continual.memory import Memory, MemoryEntry
 from clusterfed.continual.state import ContinualState
 from clusterfed.layout import CheckpointFiles, checkpoint_files, saved_checkpoints
+from clusterfed.snapshot import warn_stale
 from clusterfed.tensorfile import save_tensors
 
 
@@ -70,7 +71,10 @@ def discard_checkpoints(directory: Path) -> None:
     """Delete every checkpoint in ``directory`` (a run starting over): left beside the
     new run's, another run's later timesteps would be mistaken for its newest checkpoint
     and block every resume, and would be registered as its models."""
-    for files in saved_checkpoints(directory):
+    saved = saved_checkpoints(directory)
+    if saved:
+        warn_stale(directory, f"{len(saved)} timestep checkpoint(s)")
+    for files in saved:
         shutil.rmtree(files.dir)
     for tmp in Path(directory).glob("t_[0-9][0-9][0-9].tmp"):
         shutil.rmtree(tmp)
