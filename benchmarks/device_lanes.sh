@@ -27,7 +27,7 @@ lane() {  # device rounds runs setting scenario algorithm seed
   echo "lane ended rc=$? at $(date +%T): $*"
 }
 export -f lane; export OUT EXTRA
-pool() { grep "^$1 " "$LANES" | timeout "$LIMIT" xargs -P "$2" -L 1 bash -c 'lane "$@"' _; }
+pool() { grep "^$1 " "$LANES" | timeout "$LIMIT" xargs -r -P "$2" -L 1 bash -c 'lane "$@"' _; }
 pool cpu "$CPU_JOBS" & p1=$!; pool cuda "$GPU_JOBS" & p2=$!
 ( while sleep 60; do
     echo "--- $(date +%T) $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null)"
