@@ -56,7 +56,7 @@ def test_continual_timesteps_on_cuda_equal_the_cpu_ones(digits, method, tmp_path
                                            samples_per_device=120, test_samples_per_device=30)
             return Engine(fed, hidden=32, training=TRAINING, device=device)
 
-        return run_continual(method, engine_at, schedule, seed=10, checkpoint_dir=tmp_path / f"run_{len(list(tmp_path.iterdir()))}",
+        return run_continual(method, engine_at, schedule, seed=10, checkpoint_dir=tmp_path / device,
                              fingerprint=device)
 
     (cpu_rows, cpu), (gpu_rows, gpu) = run("cpu"), run(GPU)

@@ -31,15 +31,16 @@ from clusterfed.tensorfile import save_tensors
 
 
 class StaleCheckpoint(UserWarning):
-    """A checkpoint left by a run of other parameters or code: the run starts over and
-    replaces it. Said aloud, because the lost work can be hours (a mistyped option, a
+    """A checkpoint left by a run of other parameters or code: the run starts over
+    without it. Said aloud, because the lost work can be hours (a mistyped option, a
     code change) and the rerun would otherwise look like a resume."""
 
 
-def warn_stale(directory: Path, what: str) -> None:
+def warn_stale(directory: Path, what: str, fate: str) -> None:
+    """Warn that ``what`` in ``directory`` is stale; ``fate`` says what happens to it."""
     warnings.warn(
         f"{directory}: {what} written with other parameters or code (checkpoint fingerprint differs): "
-        f"starting over, and the old {what} will be replaced", StaleCheckpoint, stacklevel=3,
+        f"starting over; {fate}", StaleCheckpoint, stacklevel=3,
     )
 
 TENSORS = "state.safetensors"

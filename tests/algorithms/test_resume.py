@@ -131,7 +131,7 @@ def test_a_snapshot_of_other_settings_is_not_resumed(digits, tmp_path):
     same = FedAvg(rounds=3).fit(engine, seed=3, checkpoint=ckpt, fingerprint="data A")
     assert same.resumed_from_round == 3  # finished: nothing left to train
     # Another caller fingerprint (other data): trained from scratch, snapshot replaced.
-    with pytest.warns(StaleCheckpoint, match="snapshot written with other parameters or code"):
+    with pytest.warns(StaleCheckpoint, match="snapshot written with other parameters or code.*the next snapshot overwrites it"):
         other = FedAvg(rounds=3).fit(engine, seed=3, checkpoint=ckpt, checkpoint_every=1, fingerprint="data B")
     assert other.resumed_from_round is None and read_meta(ckpt)["fingerprint"] != first["fingerprint"]
     whole = FedAvg(rounds=3).fit(_engine(digits)[0], seed=3)

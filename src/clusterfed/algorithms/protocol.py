@@ -314,7 +314,7 @@ def _resume(checkpoint: Path | None, key: str) -> dict | None:
     if meta is None:
         return None
     if meta.get("fingerprint") != key:
-        warn_stale(checkpoint, "snapshot")
+        warn_stale(checkpoint, "snapshot", "the next snapshot overwrites it")
         return None
     tree, _ = load_snapshot(checkpoint)
     return tree

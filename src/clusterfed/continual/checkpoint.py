@@ -73,7 +73,7 @@ def discard_checkpoints(directory: Path) -> None:
     and block every resume, and would be registered as its models."""
     saved = saved_checkpoints(directory)
     if saved:
-        warn_stale(directory, f"{len(saved)} timestep checkpoint(s)")
+        warn_stale(directory, f"{len(saved)} timestep checkpoint(s)", "deleting them now")
     for files in saved:
         shutil.rmtree(files.dir)
     for tmp in Path(directory).glob("t_[0-9][0-9][0-9].tmp"):
