@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save
 
+from clusterfed.atomic_write import write_atomically
+
 
 def save_tensors(tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
     """Write ``tensors`` to ``path`` (safetensors format, metadata keys in sorted order)."""
@@ -25,10 +27,11 @@ def save_tensors(tensors: dict[str, torch.Tensor], path: str | Path, metadata: d
         header = {"__metadata__": dict(sorted(header.pop("__metadata__").items())), **header}
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the format pads the header to 8 bytes with spaces
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        f.write(blob[8 + n :])
-    tmp.replace(path)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(text)))
+            f.write(text)
+            f.write(blob[8 + n :])
+
+    write_atomically(path, write)

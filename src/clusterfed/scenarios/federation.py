@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from clusterfed.atomic_write import write_atomically
+
 
 @dataclass(frozen=True)
 class DeviceSplits:
@@ -106,11 +108,7 @@ class Federation:
             "description": self.description,
         }
         arrays["meta_json"] = np.frombuffer(_json_dumps(meta).encode(), dtype=np.uint8)
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez_compressed(tmp, **arrays)
-        tmp.replace(path)
+        write_atomically(path, lambda tmp: np.savez_compressed(tmp, **arrays), suffix=".tmp.npz")
 
     @classmethod
     def load(cls, path: str | Path) -> "Federation":

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from clusterfed.atomic_write import write_atomically
 from clusterfed.engine import StackedParams
 from clusterfed.tensorfile import save_tensors
 
@@ -37,11 +38,8 @@ def atomic_dir(path: Path) -> Iterator[Path]:
 
 def write_json(path: Path, obj: object) -> None:
     """Write ``obj`` as JSON through a temporary file (a reader never sees half of it)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
-    tmp.replace(path)
+    text = json.dumps(obj, indent=2, sort_keys=False) + "\n"
+    write_atomically(path, lambda tmp: tmp.write_text(text))
 
 
 def read_json(path: Path) -> object:
