@@ -89,3 +89,38 @@ def test_a_step_composes_only_the_pairs_with_samples_left(engine):
     per_epoch = [b.rows for b in minibatches(counts, 10)]
     assert recording.rows == per_epoch * 2
     assert per_epoch[0] == 4 and per_epoch[-1] < 4  # the last steps leave finished pairs out
+
+
+class _SharedRecording(_RecordingIdentity):
+    """A recording composition that declares a shared operand of ``floats``."""
+
+    def __init__(self, floats: int):
+        super().__init__()
+        self.shared_floats = floats
+
+    def take(self, rows):
+        return self
+
+
+@pytest.mark.parametrize("shared_pairs", [0, 2, 4])
+def test_a_shared_operand_makes_chunks_as_large_as_it_weighs(engine, monkeypatch, shared_pairs):
+    """With chunks of one pair's variables, a composition whose shared operand (FedWeIT's
+    knowledge base) weighs k pairs trains k pairs a chunk, so each step reads it once
+    for k pairs; the trained variables are the same (to float rounding) either way."""
+    from clusterfed.engine import composed
+
+    params = engine.init_params(4, torch.Generator().manual_seed(0), distinct=True)
+    per_pair = sum(v[0].numel() for v in params.values())
+    monkeypatch.setattr(composed, "CHUNK_FLOATS", per_pair)
+    size = max(1, shared_pairs)
+    assert composed.chunk_pairs(per_pair, shared_pairs * per_pair) == size
+    recording = _SharedRecording(shared_pairs * per_pair)
+    out = composed.composed_sgd(engine.model, params, recording, engine.data.train, torch.arange(4), epochs=1,
+                                lr=0.05, l2=L2, batch_size=10, generator=torch.Generator().manual_seed(1))
+    counts = engine.data.train.counts[:4].sort(descending=True).values  # pairs train largest first
+    chunks = [counts[i:i + size] for i in range(0, 4, size)]
+    assert recording.rows == [b.rows for chunk in chunks for b in composed.minibatches(chunk, 10)]
+    alone = composed.composed_sgd(engine.model, params, Identity(), engine.data.train, torch.arange(4), epochs=1,
+                                  lr=0.05, l2=L2, batch_size=10, generator=torch.Generator().manual_seed(1))
+    for k in params:
+        torch.testing.assert_close(out[k], alone[k], rtol=1e-5, atol=1e-6)

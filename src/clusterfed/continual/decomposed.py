@@ -234,6 +234,11 @@ class AdditiveComposition:
         return replace(self, anchor=rows_of(self.anchor, rows), retro=rows_of(self.retro, rows),
                        center=None if self.center is None else rows_of(self.center, rows))
 
+    @property
+    def shared_floats(self) -> int:
+        """The knowledge base, which every pair's compose and ∇_α read whole."""
+        return sum(k.numel() for k in self.knowledge.values())
+
     @cached_property
     def _pull(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """Per kernel the quadratic pulls' gradient on B as factor ⊙ B − target, given as

@@ -53,6 +53,8 @@ class Proximal:
     def take(self, rows: slice | torch.Tensor) -> "Proximal":
         return replace(self, center=rows_of(self.center, rows))
 
+    shared_floats = 0
+
 
 @register
 class FedProxSSGD(ContinualFedAvg):

@@ -57,6 +57,11 @@ class Composition(Protocol):
     def take(self, rows: slice | torch.Tensor) -> "Composition":
         """The composition of pairs ``rows`` only (per-pair constants selected)."""
 
+    @property
+    def shared_floats(self) -> int:
+        """Floats every pair's step reads beside its own rows (FedWeIT's knowledge
+        base; 0: none). :func:`chunk_pairs` sizes the chunks by it."""
+
 
 class Identity:
     """θ = φ: plain local SGD (with dropout: Stable SGD's local step)."""
@@ -72,6 +77,18 @@ class Identity:
 
     def take(self, rows: slice | torch.Tensor) -> "Identity":
         return self
+
+    shared_floats = 0
+
+
+def chunk_pairs(per_pair: int, shared_floats: int) -> int:
+    """How many pairs train together: ``CHUNK_FLOATS`` of variables, which stay in cache
+    across the chunk's steps, but at least as many pairs as the shared operand weighs.
+    Every step of every chunk reads that operand whole (FedWeIT: J clients' A, as much
+    as J / 2 pairs' variables), so it is read once per step for that many pairs, not
+    once per few: 1.6× FedWeIT's round on the authors' A2 (benchmarks/RESULTS.md §12,
+    session 40). Larger chunks without a shared operand are slower (APD 1.4×, SSGD 1.2×)."""
+    return max(1, CHUNK_FLOATS // per_pair, shared_floats // per_pair)
 
 
 def dropout_masks(shape: torch.Size, rate: float, generator: torch.Generator) -> torch.Tensor:
@@ -102,8 +119,9 @@ def composed_sgd(
     Sample orders (and dropout masks: one ``[P, B, hidden]`` draw per step) are drawn
     up front in the given pair order, as the per-device reference draws them; pairs
     then train by decreasing sample count (``pair_order``) in chunks of at most
-    ``CHUNK_FLOATS`` variables, each chunk through all its epochs: its variables stay
-    in cache across steps and it stops when its largest device is done.
+    ``CHUNK_FLOATS`` variables (more with a large shared operand: :func:`chunk_pairs`),
+    each chunk through all its epochs: its variables stay in cache across steps and it
+    stops when its largest device is done.
     """
     counts = data.counts[device_of_pair]
     n_steps = len(minibatches(counts, batch_size))
@@ -125,7 +143,7 @@ def composed_sgd(
         draws = [(o[perm], None if m is None else m[perm]) for o, m in draws]
     gradient_fn = getattr(type(model), "stacked_gradients", None) or _autograd_gradients(model)
     per_pair = sum(v[0].numel() for v in variables.values())
-    size = max(1, CHUNK_FLOATS // per_pair)
+    size = chunk_pairs(per_pair, composition.shared_floats)
     for start in range(0, len(device_of_pair), size):
         rows = slice(start, start + size)
         chunk = rows_of(variables, rows if perm is None else perm[rows])  # views, or a selection written back
