@@ -15,6 +15,8 @@ different steps.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/composed_round.py --threads 1
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/composed_round.py --threads 1 --construction authors
+
+``--chunk-floats N`` sets the composed loop's chunk size (``CHUNK_FLOATS``) to compare sizes.
 """
 
 from __future__ import annotations
@@ -86,9 +88,15 @@ def main() -> None:
     p.add_argument("--scenario", choices=["S1", "S2", "A2"], default="A2",
                    help="--construction authors: the sequential cell timed (A1 has no sparse-input kernel)")
     p.add_argument("--root", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets"))
+    p.add_argument("--chunk-floats", type=int, default=None,
+                   help="variables a chunk of the composed loop holds (engine default: CHUNK_FLOATS), to compare sizes")
     p.add_argument("--out", default="benchmarks/out/composed_round.json")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    if args.chunk_floats is not None:
+        import clusterfed.engine.composed as composed
+
+        composed.CHUNK_FLOATS = args.chunk_floats
     params, engine = setup(args)
     if args.profile:
         for name in args.methods:
@@ -108,7 +116,7 @@ def main() -> None:
     result = {
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats,
-        "construction": args.construction, "scenario": args.scenario if args.construction == "authors" else "S1",
+        "construction": args.construction, "chunk_floats": args.chunk_floats, "scenario": args.scenario if args.construction == "authors" else "S1",
         "load_before": load_before, "load_after": load_after,
         "s_per_round": {k: statistics.median(v) for k, v in times.items()},
         "all": times,
