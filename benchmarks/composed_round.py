@@ -116,7 +116,8 @@ def main() -> None:
     result = {
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "threads": args.threads, "rounds": args.rounds, "repeats": args.repeats,
-        "construction": args.construction, "chunk_floats": args.chunk_floats, "scenario": args.scenario if args.construction == "authors" else "S1",
+        "construction": args.construction, "scenario": args.scenario if args.construction == "authors" else "S1",
+        "chunk_floats": args.chunk_floats,
         "load_before": load_before, "load_after": load_after,
         "s_per_round": {k: statistics.median(v) for k, v in times.items()},
         "all": times,
