@@ -37,13 +37,20 @@ class FedDrift(ContinualMethod):
     """FedDrift, loss-based as re-implemented in the thesis (Tables B.1/B.4: δ = 3).
 
     At t = 0 every device is new: it trains a model locally (``init_epochs``) as a
-    singleton cluster. At each later timestep, a device whose validation loss under
-    its cluster model rose by more than ``drift_threshold`` since the end of the
-    previous timestep has drifted and founds a new cluster with a locally trained
-    model; every other device takes the existing model with the lowest loss on its
-    new data. Then clusters merge, closest pair first with complete
+    singleton cluster. At each later timestep, a device has drifted when its
+    validation loss on the new data rose by more than ``drift_threshold`` since the
+    end of the previous timestep; it then founds a new cluster with a locally trained
+    model, and every other device takes the existing model with the lowest loss on
+    its new data. Then clusters merge, closest pair first with complete
     linkage, while D_ij = max(L_ij − L_ii, L_ji − L_jj, 0) < δ, where L_ij is the loss
     of model i on cluster j's data; a merged model is the |Z^train|-weighted average.
+
+    ``detection`` says which loss the drift test reads. ``best`` is FedDrift's local
+    drift detection as the authors' code runs it (microsoft/FedDrift,
+    ``cluster_hierarchical``): the lowest loss of any existing model, so a device
+    whose concept recurs takes the model that learnt it, even one whose cluster has
+    no devices now. ``cluster`` reads only the loss under the device's own cluster
+    model, so a device that leaves its concept always founds a new cluster.
     """
 
     name = "feddrift"
@@ -51,10 +58,13 @@ class FedDrift(ContinualMethod):
         Param("delta", 3.0, "loss distance below which two clusters merge (Tables B.1/B.4)", symbol="δ", gt=0.0),
         Param("drift_threshold", 0.5, "validation-loss increase that signals drift", gt=0.0),
         Param("init_epochs", 5, "local epochs of a drifted device's new model", kind=int, gt=0),
+        Param("detection", "best", "loss the drift test reads: the best existing model's (FedDrift's code) "
+              "or the device's own cluster model's", kind=str, choices=("best", "cluster")),
     )
     delta: float
     drift_threshold: float
     init_epochs: int
+    detection: str
 
     def initial_state(self, engine: Engine, ctx: Context) -> ContinualState:
         state = ContinualState(Clustering((), {}), Memory.empty(engine.n_devices))
@@ -66,7 +76,10 @@ class FedDrift(ContinualMethod):
         previous = state.clustering
         if previous.clusters:
             losses = engine.mean_losses(previous.params, "val").cpu().numpy()  # [M, n]
-            current = losses[previous.model_of_device(n), np.arange(n)]
+            if self.detection == "best":
+                current = losses.min(0)
+            else:
+                current = losses[previous.model_of_device(n), np.arange(n)]
             drifted = current - state.device_values["loss"] > self.drift_threshold
             best = losses.argmin(0)
         else:
