@@ -1,6 +1,7 @@
 """Continual baselines: FedDrift's drift/merge rules and FedProx-EWC's penalty, on digits."""
 
 import numpy as np
+import pytest
 import torch
 from sklearn.metrics import adjusted_rand_score
 
@@ -30,11 +31,12 @@ def test_feddrift_separates_concepts_and_founds_clusters_on_drift(digits):
     assert state.cluster_of_device(6).tolist() == [concept_1_cluster] * 6
 
 
-def _recurrence(digits, detection: str) -> tuple[int, set[int], list[int], set[int]]:
+def _recurrence(digits, detection: str, **losses) -> tuple[int, set[int], list[int], set[int]]:
     """Devices 0-2 leave concept 0 at t = 1 (its cluster empties) and return at t = 2:
     (concept 0's cluster at t = 0, the cluster ids at t = 0, the clusters of devices
     0-2 at t = 2, the cluster ids at t = 2)."""
-    algorithm = FedDrift(delta=3.0, drift_threshold=0.5, rounds=5, init_epochs=40, detection=detection)
+    losses = losses or dict(delta=3.0, drift_threshold=0.5)
+    algorithm = FedDrift(rounds=5, init_epochs=40, detection=detection, **losses)
     state = algorithm.cold_start(_engine(digits, [0, 0, 0, 1, 1, 1], seed=1), seed=1)
     concept_0, ids_t0 = int(state.cluster_of_device(6)[0]), set(state.clustering.ids)
     state = algorithm.step(state, _engine(digits, [1, 1, 1, 1, 1, 1], seed=2), t=1, seed=1)
@@ -43,16 +45,18 @@ def _recurrence(digits, detection: str) -> tuple[int, set[int], list[int], set[i
     return concept_0, ids_t0, state.cluster_of_device(6)[:3].tolist(), set(state.clustering.ids)
 
 
-def test_feddrift_best_detection_reuses_the_model_of_a_recurring_concept(digits):
+@pytest.mark.parametrize("losses", [{}, dict(loss="zero_one", delta=15.0, drift_threshold=15.0)], ids=["nats", "error"])
+def test_feddrift_best_detection_reuses_the_model_of_a_recurring_concept(digits, losses):
     """FedDrift's drift test reads the best existing model's loss: devices whose
     concept recurs go back to the cluster that learnt it, though it has no devices;
     under ``cluster`` they drift from their own cluster's model and found a new
-    cluster, which cannot merge with an empty one."""
-    concept_0, ids_t0, back, ids_t2 = _recurrence(digits, "best")
+    cluster, which cannot merge with an empty one. Both with cross-entropy and with
+    the error in points (the authors' accuracies) as the loss."""
+    concept_0, ids_t0, back, ids_t2 = _recurrence(digits, "best", **losses)
     assert len(ids_t0) == 2 and back == [concept_0] * 3
     assert ids_t2 == ids_t0  # no cluster founded after t = 0
 
-    concept_0, ids_t0, back, ids_t2 = _recurrence(digits, "cluster")
+    concept_0, ids_t0, back, ids_t2 = _recurrence(digits, "cluster", **losses)
     assert len(ids_t0) == 2 and len(set(back)) == 1
     assert back[0] not in ids_t0 and concept_0 in ids_t2  # a new cluster beside the old, empty one
 

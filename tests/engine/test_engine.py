@@ -116,6 +116,17 @@ def test_losses_and_accuracy_match_per_model_forward(a2_engine):
     assert acc[0] == pytest.approx((net(test.x[0, :n]).argmax(1) == test.y[0, :n]).float().mean().item())
 
 
+def test_zero_one_losses_are_the_errors_of_every_model_on_every_device(a2_engine):
+    params = a2_engine.init_params(3, torch.Generator().manual_seed(4), distinct=True)
+    errors = a2_engine.mean_losses(params, "test", measure="zero_one")
+    for m in range(3):
+        own = a2_engine.accuracy(params, np.full(a2_engine.n_devices, m), "test")
+        np.testing.assert_array_equal(errors[m].numpy(), (1 - torch.as_tensor(own)).numpy())
+    assert 0 < errors.mean() < 1  # untrained models: some right, most wrong
+    with pytest.raises(ValueError, match="measure: expected one of"):
+        a2_engine.losses(params, "test", measure="hinge")
+
+
 def _one_chunk_losses(model, params, data):
     """The engine's evaluation before issue 17: every model on every padded sample, one
     shared-input forward per 8192 samples."""

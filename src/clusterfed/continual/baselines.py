@@ -51,6 +51,12 @@ class FedDrift(ContinualMethod):
     whose concept recurs takes the model that learnt it, even one whose cluster has
     no devices now. ``cluster`` reads only the loss under the device's own cluster
     model, so a device that leaves its concept always founds a new cluster.
+
+    ``loss`` is what every L above measures, and so the unit of δ and of
+    ``drift_threshold``: ``cross_entropy`` (nats), or ``zero_one``, the validation
+    error in percentage points. The authors' code compares accuracies and takes its
+    thresholds as 100·δ (its argument ``H_A_F_1_{100δ}_{100δ'}``), which reads the
+    thesis' δ = 3 as 3 points of accuracy rather than 3 nats.
     """
 
     name = "feddrift"
@@ -60,11 +66,21 @@ class FedDrift(ContinualMethod):
         Param("init_epochs", 5, "local epochs of a drifted device's new model", kind=int, gt=0),
         Param("detection", "best", "loss the drift test reads: the best existing model's (FedDrift's code) "
               "or the device's own cluster model's", kind=str, choices=("best", "cluster")),
+        Param("loss", "cross_entropy", "what the losses of the drift test and of D_ij measure, in the unit of δ "
+              "and drift_threshold: cross-entropy (nats) or zero_one, the error in percentage points "
+              "(the authors' code)", kind=str, choices=("cross_entropy", "zero_one")),
     )
     delta: float
     drift_threshold: float
     init_epochs: int
     detection: str
+    loss: str
+
+    def _losses(self, engine: Engine, params: StackedParams) -> np.ndarray:
+        """Mean validation loss ``[M, n]`` of every model on every device, in δ's unit."""
+        if self.loss == "zero_one":
+            return 100.0 * engine.mean_losses(params, "val", measure="zero_one").cpu().numpy()
+        return engine.mean_losses(params, "val").cpu().numpy()
 
     def initial_state(self, engine: Engine, ctx: Context) -> ContinualState:
         state = ContinualState(Clustering((), {}), Memory.empty(engine.n_devices))
@@ -75,7 +91,7 @@ class FedDrift(ContinualMethod):
         gen, n = ctx.generator, engine.n_devices
         previous = state.clustering
         if previous.clusters:
-            losses = engine.mean_losses(previous.params, "val").cpu().numpy()  # [M, n]
+            losses = self._losses(engine, previous.params)  # [M, n]
             if self.detection == "best":
                 current = losses.min(0)
             else:
@@ -104,7 +120,7 @@ class FedDrift(ContinualMethod):
         """Complete-linkage merging of clusters with devices while D_ij < δ."""
         n = engine.n_devices
         members = [sorted(c.devices) for c in clustering.clusters]
-        losses = engine.mean_losses(clustering.params, "val").cpu().numpy()  # [M, n]
+        losses = self._losses(engine, clustering.params)  # [M, n]
         weights = engine.counts("train").astype(float)
         active = [i for i, m in enumerate(members) if m]
         loss_on = {(i, j): float(np.average(losses[i, members[j]], weights=weights[members[j]])) for i in active for j in active}
@@ -142,7 +158,7 @@ class FedDrift(ContinualMethod):
         """Remember each device's loss at the end of the timestep, for drift detection."""
         n = engine.n_devices
         rows = state.clustering.model_of_device(n)
-        losses = engine.mean_losses(state.clustering.params, "val").cpu().numpy()
+        losses = self._losses(engine, state.clustering.params)  # [M, n]
         state.device_values["loss"] = losses[rows, np.arange(n)]
         return state
 

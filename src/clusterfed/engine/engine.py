@@ -509,13 +509,19 @@ class Engine:
         screened = self.screen({"gradient": torch.as_tensor(gradients)}, devices)  # each row is an upload
         return screened.params["gradient"].numpy()
 
-    def losses(self, params: StackedParams, split: str = "val", *, devices: np.ndarray | None = None) -> torch.Tensor:
+    def losses(
+        self, params: StackedParams, split: str = "val", *, devices: np.ndarray | None = None,
+        measure: str = "cross_entropy",
+    ) -> torch.Tensor:
         """Per-sample losses ``[M, len(devices), max_n]`` of every model on the split of
-        ``devices`` (default: every device); padding entries are 0. Only the requested
+        ``devices`` (default: every device); padding entries are 0. ``measure`` is
+        ``cross_entropy`` or ``zero_one`` (1 for a wrong prediction). Only the requested
         devices are evaluated, in forwards of at most ``eval_rows`` (model, sample) rows,
         so the working memory beyond the output is bounded (``all_pairs_losses``)."""
         index = None if devices is None else torch.as_tensor(devices, dtype=torch.long, device=self.device)
-        return all_pairs_losses(self.model, params, self.data.split(split), devices=index, max_rows=self.eval_rows)
+        return all_pairs_losses(
+            self.model, params, self.data.split(split), devices=index, max_rows=self.eval_rows, measure=measure
+        )
 
     def penalties(self, params: StackedParams) -> np.ndarray:
         """Each model's L2 penalty ``l2 · Σ‖kernel‖²`` ``[M]``: the term training adds to
@@ -541,15 +547,18 @@ class Engine:
         )
         return all_pairs_losses(self.model, params, split, max_rows=self.eval_rows)[:, 0].cpu().numpy()
 
-    def mean_losses(self, params: StackedParams, split: str = "train", *, devices: np.ndarray | None = None) -> torch.Tensor:
+    def mean_losses(
+        self, params: StackedParams, split: str = "train", *, devices: np.ndarray | None = None,
+        measure: str = "cross_entropy",
+    ) -> torch.Tensor:
         """Mean loss ``[M, len(devices)]`` of every model on the split of ``devices``
-        (default: every device)."""
+        (default: every device); with ``measure="zero_one"``, the error rate."""
         data = self.data.split(split)
         mask, counts = data.mask, data.counts
         if devices is not None:
             index = torch.as_tensor(devices, dtype=torch.long, device=self.device)
             mask, counts = mask[index], counts[index]
-        return (self.losses(params, split, devices=devices) * mask).sum(-1) / counts.clamp(min=1)
+        return (self.losses(params, split, devices=devices, measure=measure) * mask).sum(-1) / counts.clamp(min=1)
 
     def accuracy(
         self, params: StackedParams, model_of_device: np.ndarray, split: str = "test"

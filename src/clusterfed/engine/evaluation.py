@@ -15,6 +15,8 @@ EVAL_BUDGET_BYTES = 256 * 2**20  # activations of one evaluation forward (the bo
 # Samples per forward at least: narrower GEMMs take other BLAS kernels, whose sums differ
 # in the last bit from the one-chunk evaluation (tests/engine: equal to it exactly).
 MIN_SAMPLES = 128
+#: Per-sample losses ``all_pairs_losses`` can measure.
+MEASURES = ("cross_entropy", "zero_one")
 
 
 def activation_floats(model: nn.Module, input_shape: tuple[int, ...]) -> int:
@@ -44,8 +46,10 @@ def all_pairs_losses(
     *,
     devices: torch.Tensor | None = None,
     max_rows: int = 2**16,
+    measure: str = "cross_entropy",
 ) -> torch.Tensor:
-    """Cross-entropy of every model on the samples of ``devices`` (default: all),
+    """Cross-entropy (or, with ``measure="zero_one"``, the 0-1 loss: 1 for a wrong
+    prediction) of every model on the samples of ``devices`` (default: all),
     ``[M, len(devices), max_n]``; entries past a device's count are 0 (``data.mask``).
 
     Only real samples are evaluated: they are pushed through the models in chunks of
@@ -56,6 +60,8 @@ def all_pairs_losses(
     × 4 bytes, whatever M and the number of devices (the engine sizes ``max_rows`` so that
     this is ``EVAL_BUDGET_BYTES``).
     """
+    if measure not in MEASURES:
+        raise ValueError(f"measure: expected one of {MEASURES}, got {measure!r}")
     mask = data.mask if devices is None else data.mask[devices]
     x = (data.x if devices is None else data.x[devices])[mask]
     y = (data.y if devices is None else data.y[devices])[mask]
@@ -70,8 +76,12 @@ def all_pairs_losses(
         chunk = {k: v[m0 : m0 + per_forward] for k, v in params.items()}
         for s0, s1 in zip(bounds[:-1], bounds[1:]):
             logits = stacked_forward(model, chunk, x[s0:s1], shared_input=True)
-            ce = F.cross_entropy(logits.flatten(0, 1), y[s0:s1].repeat(logits.shape[0]), reduction="none")
-            slots[m0 : m0 + per_forward, where[s0:s1]] = ce.view(logits.shape[0], -1)
+            labels = y[s0:s1].repeat(logits.shape[0])
+            if measure == "zero_one":
+                loss = (logits.flatten(0, 1).argmax(-1) != labels).float()
+            else:
+                loss = F.cross_entropy(logits.flatten(0, 1), labels, reduction="none")
+            slots[m0 : m0 + per_forward, where[s0:s1]] = loss.view(logits.shape[0], -1)
     return out
 
 
