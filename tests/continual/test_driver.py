@@ -51,6 +51,19 @@ def test_a_finished_run_is_not_recomputed(digits, tmp_path):
     assert [r["t"] for r in rows] == [0, 1, 2, 3] and np.isfinite([r["accuracy"] for r in rows]).all()
 
 
+def test_a_past_timestep_reloads_as_it_was_saved(digits, tmp_path):
+    from clusterfed.continual.checkpoint import load_checkpoint
+
+    schedule = make_schedule("multitask", 4, 3)
+    rows, _ = _run(digits, schedule, tmp_path, "same")
+    for t in range(4):
+        state = load_checkpoint(tmp_path, t)
+        ids = [c.id for c in state.clustering.clusters]
+        assert [ids[m] for m in state.clustering.model_of_device(4)] == rows[t]["cluster_of_device"]
+    with pytest.raises(FileNotFoundError, match=r"t_004.*no checkpoint of timestep 4"):
+        load_checkpoint(tmp_path, 4)
+
+
 def test_the_stage_keeps_exactly_the_runs_the_parameters_ask_for(tmp_path):
     """DVC persists the stage's outputs (for the checkpoints), so a method or seed taken
     out of the parameters must be deleted by the stage itself."""

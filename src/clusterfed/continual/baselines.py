@@ -88,6 +88,16 @@ class FedDrift(ContinualMethod):
         return state
 
     def arrive(self, state: ContinualState, engine: Engine, t: int, ctx: Context) -> ContinualState:
+        clustering = self.assign(state, engine, ctx)
+        before = {c.id: c.devices for c in clustering.clusters}
+        clustering = self._merge(engine, clustering)
+        state.memory.lineage.update(merge_lineage(before, {c.id: c.devices for c in clustering.clusters}))
+        return replace(state, clustering=clustering)
+
+    def assign(self, state: ContinualState, engine: Engine, ctx: Context) -> Clustering:
+        """The drift test and the new clustering before any merge: a drifted device is a
+        new singleton cluster with a locally trained model, every other device joins the
+        kept model with the lowest loss on its new data."""
         gen, n = ctx.generator, engine.n_devices
         previous = state.clustering
         if previous.clusters:
@@ -110,26 +120,31 @@ class FedDrift(ContinualMethod):
         fresh = engine.init_params(len(founders), gen, distinct=False)
         fresh = engine.train(fresh, np.arange(len(founders)), np.asarray(founders), gen, local_epochs=self.init_epochs).params
         params = {k: torch.cat([previous.params[k], fresh[k]]) if previous.clusters else fresh[k] for k in fresh}
-        clustering = Clustering(tuple(clusters), params)
-        before = {c.id: c.devices for c in clustering.clusters}
-        clustering = self._merge(engine, clustering)
-        state.memory.lineage.update(merge_lineage(before, {c.id: c.devices for c in clustering.clusters}))
-        return replace(state, clustering=clustering)
+        return Clustering(tuple(clusters), params)
 
-    def _merge(self, engine: Engine, clustering: Clustering) -> Clustering:
-        """Complete-linkage merging of clusters with devices while D_ij < δ."""
-        n = engine.n_devices
+    def distances(self, engine: Engine, clustering: Clustering) -> tuple[list[int], np.ndarray]:
+        """The rows of the clusters that have devices, and D ``[A, A]`` between them:
+        D_ij = max(L_ij − L_ii, L_ji − L_jj, 0), L_ij the |Z^train|-weighted mean
+        validation loss of model i over cluster j's devices."""
         members = [sorted(c.devices) for c in clustering.clusters]
         losses = self._losses(engine, clustering.params)  # [M, n]
         weights = engine.counts("train").astype(float)
         active = [i for i, m in enumerate(members) if m]
-        loss_on = {(i, j): float(np.average(losses[i, members[j]], weights=weights[members[j]])) for i in active for j in active}
+        loss_on = np.array([[np.average(losses[i, members[j]], weights=weights[members[j]]) for j in active]
+                            for i in active]).reshape(len(active), len(active))
+        excess = loss_on - np.diag(loss_on)[:, None]  # L_ij − L_ii
+        return active, np.maximum(np.maximum(excess, excess.T), 0.0)
+
+    def _merge(self, engine: Engine, clustering: Clustering) -> Clustering:
+        """Complete-linkage merging of clusters with devices while D_ij < δ."""
+        members = [sorted(c.devices) for c in clustering.clusters]
+        weights = engine.counts("train").astype(float)
+        active, d = self.distances(engine, clustering)
+        at = {row: k for k, row in enumerate(active)}
         groups = {i: [i] for i in active}  # representative -> original rows
 
         def distance(a: list[int], b: list[int]) -> float:
-            return max(
-                max(loss_on[i, j] - loss_on[i, i], loss_on[j, i] - loss_on[j, j], 0.0) for i in a for j in b
-            )
+            return float(d[np.ix_([at[i] for i in a], [at[j] for j in b])].max())
 
         while len(groups) > 1:
             keys = sorted(groups)
@@ -138,7 +153,7 @@ class FedDrift(ContinualMethod):
             if dist >= self.delta:
                 break
             groups[a] += groups.pop(b)
-        clusters, rows, merged_params = [], [], {k: [] for k in clustering.params}
+        clusters, merged_params = [], {k: [] for k in clustering.params}
         for i, c in enumerate(clustering.clusters):
             if i in groups:
                 parts = groups[i]

@@ -67,6 +67,14 @@ def latest_checkpoint(directory: Path, fingerprint: str) -> tuple[int, Continual
     return None
 
 
+def load_checkpoint(directory: Path, t: int) -> ContinualState:
+    """The state saved after timestep ``t`` (for reading a finished run's history)."""
+    files = checkpoint_files(directory, t)
+    if not files.meta.is_file():
+        raise FileNotFoundError(f"{files.meta}: no checkpoint of timestep {t}")
+    return _load_state(files, json.loads(files.meta.read_text()))
+
+
 def discard_checkpoints(directory: Path) -> None:
     """Delete every checkpoint in ``directory`` (a run starting over): left beside the
     new run's, another run's later timesteps would be mistaken for its newest checkpoint
