@@ -113,3 +113,25 @@ def test_each_timestep_row_counts_the_uploads_its_engine_calls_rejected(digits, 
     rows, _ = run_continual(FedProxEWC(rounds=3), engine_at, schedule, seed=10, checkpoint_dir=tmp_path,
                             fingerprint="test")
     assert [r["rejected_updates"] for r in rows] == [3 + 1] * 3  # 3 rounds + the Fisher, per timestep
+
+
+def test_feddrift_founders_can_start_from_the_best_kept_model(digits):
+    """``founder_init=best`` (FedDrift's code): a drifted device's new model is the kept
+    model with its lowest loss, then trained ``init_epochs`` on the device alone."""
+    from clusterfed.algorithms.base import generators
+    from clusterfed.algorithms.protocol import Context
+
+    algorithm = FedDrift(rounds=5, init_epochs=40, detection="cluster", founder_init="best")
+    state = algorithm.cold_start(_engine(digits, [0, 0, 0, 1, 1, 1], seed=1), seed=1)
+    engine = _engine(digits, [1, 1, 1, 1, 1, 1], seed=2)
+    assigned = algorithm.assign(state, engine, Context(*generators(5)))
+    founded = [i for i, c in enumerate(assigned.clusters) if c.id >= state.clustering.next_id()]
+    founders = [min(assigned.clusters[i].devices) for i in founded]
+    assert founders == [0, 1, 2]  # they left concept 0: drift under their own cluster's model
+    best = engine.mean_losses(state.clustering.params, "val").numpy().argmin(0)[founders]
+    assert best.tolist() == [state.clustering.model_of_device(6)[3]] * 3  # concept 1's model
+    start = {k: v[torch.as_tensor(best)] for k, v in state.clustering.params.items()}
+    expected = engine.train(start, np.arange(3), np.asarray(founders), Context(*generators(5)).generator,
+                            local_epochs=40).params
+    for k, v in expected.items():
+        torch.testing.assert_close(assigned.params[k][founded], v, rtol=0, atol=0)

@@ -52,6 +52,10 @@ class FedDrift(ContinualMethod):
     no devices now. ``cluster`` reads only the loss under the device's own cluster
     model, so a device that leaves its concept always founds a new cluster.
 
+    ``founder_init`` is where a drifted device's new model starts: ``fresh`` weights, or
+    (``best``, the authors' code) a copy of the kept model with its lowest loss; either
+    then trains ``init_epochs`` local epochs.
+
     ``loss`` is what every L above measures, and so the unit of δ and of
     ``drift_threshold``: ``cross_entropy`` (nats), or ``zero_one``, the validation
     error in percentage points. The authors' code compares accuracies and takes its
@@ -66,6 +70,8 @@ class FedDrift(ContinualMethod):
         Param("init_epochs", 5, "local epochs of a drifted device's new model", kind=int, gt=0),
         Param("detection", "best", "loss the drift test reads: the best existing model's (FedDrift's code) "
               "or the device's own cluster model's", kind=str, choices=("best", "cluster")),
+        Param("founder_init", "fresh", "a drifted device's new model starts from fresh weights or from the kept "
+              "model with its lowest loss (FedDrift's code)", kind=str, choices=("fresh", "best")),
         Param("loss", "cross_entropy", "what the losses of the drift test and of D_ij measure, in the unit of δ "
               "and drift_threshold: cross-entropy (nats) or zero_one, the error in percentage points "
               "(the authors' code)", kind=str, choices=("cross_entropy", "zero_one")),
@@ -74,6 +80,7 @@ class FedDrift(ContinualMethod):
     drift_threshold: float
     init_epochs: int
     detection: str
+    founder_init: str
     loss: str
 
     def _losses(self, engine: Engine, params: StackedParams) -> np.ndarray:
@@ -117,7 +124,11 @@ class FedDrift(ContinualMethod):
         founders = np.flatnonzero(drifted).tolist()
         next_id = previous.next_id()
         clusters += [Cluster(next_id + k, frozenset({d})) for k, d in enumerate(founders)]
-        fresh = engine.init_params(len(founders), gen, distinct=False)
+        if self.founder_init == "best" and previous.clusters:
+            rows = torch.as_tensor(best[founders], dtype=torch.long)
+            fresh = {k: v[rows].clone() for k, v in previous.params.items()}
+        else:
+            fresh = engine.init_params(len(founders), gen, distinct=False)
         fresh = engine.train(fresh, np.arange(len(founders)), np.asarray(founders), gen, local_epochs=self.init_epochs).params
         params = {k: torch.cat([previous.params[k], fresh[k]]) if previous.clusters else fresh[k] for k in fresh}
         return Clustering(tuple(clusters), params)
