@@ -49,6 +49,7 @@ def build_federation(params: Params, seed: int) -> Federation:
             fed = build_authors_scenario(
                 dataset, s.name, seed=seed, users=s.users, data_seed=s.data_seed, gaussian_mean=s.noise.gaussian_mean,
                 gaussian_variance=s.noise.gaussian_variance, salt_pepper_amount=s.noise.salt_pepper_density,
+                noisy_test=s.noise.on_test,
             )
         except ValueError as exc:
             raise ParamsError(f"scenario: {exc}") from None
@@ -183,7 +184,7 @@ def timestep_engines(params: Params, schedule: np.ndarray, seed: int) -> Callabl
             fed = build_authors_scenario(
                 dataset, s.name, seed=seed, users=s.users, data_seed=s.data_seed, concepts=schedule[:, t], timestep=t,
                 gaussian_mean=s.noise.gaussian_mean, gaussian_variance=s.noise.gaussian_variance,
-                salt_pepper_amount=s.noise.salt_pepper_density,
+                salt_pepper_amount=s.noise.salt_pepper_density, noisy_test=s.noise.on_test,
             )
         else:
             fed = federation_from_concepts(

@@ -83,6 +83,21 @@ def test_a1_noise_values_on_noisy_devices(digits):
             assert x.max() > 1.0  # clean standardised pixels are not clipped
 
 
+def test_a1_noisy_test_false_scores_noisy_devices_on_clean_images(digits):
+    noisy = build_authors_scenario(digits, "A1", seed=10)
+    clean = build_authors_scenario(digits, "A1", seed=10, noisy_test=False)
+    s0 = build_authors_scenario(digits, "A1", seed=10, concepts=np.zeros(noisy.n_devices, dtype=np.int64))
+    for d in range(noisy.n_devices):
+        np.testing.assert_array_equal(clean.devices[d].x_train, noisy.devices[d].x_train)
+        np.testing.assert_array_equal(clean.devices[d].x_val, noisy.devices[d].x_val)
+        np.testing.assert_array_equal(clean.devices[d].x_test, s0.devices[d].x_test)
+    assert not np.array_equal(noisy.devices[0].x_test, clean.devices[0].x_test)
+    params = parse_params({"scenario": {"name": "A1", "construction": "authors", "noise": {"on_test": False}}})
+    via_params = build_federation(params, seed=10)
+    assert via_params.devices[0].x_train.min() == -1.0 and via_params.devices[0].x_train.max() == 1.0
+    assert via_params.devices[0].x_test.max() > 1.0  # clean standardised pixels are not clipped
+
+
 def test_indexed_noise_is_the_same_for_sample_i_on_every_device():
     rng = np.random.default_rng(0)
     a = rng.normal(-0.3, 0.5, size=(4, 1, 8, 8))

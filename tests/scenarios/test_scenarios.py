@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from clusterfed.scenarios import Federation, ScarcityParams, build_scenario
+from clusterfed.scenarios import Federation, NoiseParams, ScarcityParams, build_scenario
 
 
 def test_groups_follow_group_sizes_and_s0_is_one_concept(digits):
@@ -79,6 +79,20 @@ def test_a1_adds_noise_to_the_second_group_only(digits):
         share = np.isin(x, (0.0, 1.0)).mean()
         assert 0.7 <= share <= 0.9
         np.testing.assert_array_equal(noisy.devices[d].y_train, plain.devices[d].y_train)
+
+
+def test_a1_on_test_false_keeps_the_noisy_groups_test_images_clean(digits):
+    noisy = build_scenario(digits, "A1", group_sizes=[2, 2], seed=5)
+    clean_test = build_scenario(digits, "A1", group_sizes=[2, 2], seed=5, noise=NoiseParams(on_test=False))
+    plain = build_scenario(digits, "S0", group_sizes=[2, 2], seed=5)
+    for d in range(4):
+        np.testing.assert_array_equal(clean_test.devices[d].x_test, plain.devices[d].x_test)
+        np.testing.assert_array_equal(clean_test.devices[d].y_test, plain.devices[d].y_test)
+    # the first noisy device draws its training noise before any test noise: identical
+    np.testing.assert_array_equal(clean_test.devices[2].x_train, noisy.devices[2].x_train)
+    assert not np.array_equal(noisy.devices[2].x_test, plain.devices[2].x_test)
+    x = clean_test.devices[3].x_train
+    assert 0.7 <= np.isin(x, (0.0, 1.0)).mean() <= 0.9  # the training images stay noisy
 
 
 def test_a2_scarce_group_has_a_tenth_of_the_data_and_a_changed_class(digits):

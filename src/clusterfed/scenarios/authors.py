@@ -174,6 +174,7 @@ def build_authors_scenario(
     gaussian_mean: float = 0.0,
     gaussian_variance: float = 0.4,
     salt_pepper_amount: float = 0.7,
+    noisy_test: bool = True,
 ) -> Federation:
     """The federation of scenario ``name`` under the authors' construction.
 
@@ -187,6 +188,8 @@ def build_authors_scenario(
     1 = noisy / scarce. ``timestep`` t ≥ 1 gives every user new samples
     (:func:`redrawn_users`, seeded by ``(data_seed, t)``); t = 0 is the cold start's
     data, so the cold-start concepts at t = 0 give exactly the cold-start federation.
+    ``noisy_test=False`` leaves A1's noisy devices' test images clean
+    (``scenario.noise.on_test``).
     """
     k = dataset.n_classes
     n_users = default_users(dataset.name) if users is None else int(users)
@@ -224,7 +227,8 @@ def build_authors_scenario(
         elif name == "A1" and c:
             kw = dict(mean=gaussian_mean, variance=gaussian_variance, amount=salt_pepper_amount)
             x = indexed_gaussian_and_salt_pepper(x, **kw)
-            x_test = indexed_gaussian_and_salt_pepper(x_test, **kw)
+            if noisy_test:
+                x_test = indexed_gaussian_and_salt_pepper(x_test, **kw)
         elif name == "A2" and c:
             for a, b in A2_RELABEL.items():
                 y[y == a], y_test[y_test == a] = b, b
