@@ -83,18 +83,20 @@ def schedule():
     return make_schedule("multitask", 6, 4)  # halves swap concepts every 2 timesteps
 
 
-def _run(digits, schedule, directory, stop_after=None):
+def _run(digits, schedule, directory, stop_after=None, local_init="fresh"):
     def engine_at(t):
         return _engine(digits, schedule[:, t], seed=timestep_seed(10, t))
 
-    algorithm = CFAACL(alpha=0.1, epsilon=0.5, init_epochs=40, rounds=5)
+    algorithm = CFAACL(alpha=0.1, epsilon=0.5, init_epochs=40, rounds=5, local_init=local_init)
     return run_continual(
         algorithm, engine_at, schedule, seed=10, checkpoint_dir=directory, fingerprint="test", stop_after=stop_after
     )
 
 
-def test_recurring_concepts_return_to_their_old_clusters(digits, schedule, tmp_path):
-    rows, state = _run(digits, schedule, tmp_path)
+@pytest.mark.parametrize("local_init", ["fresh", "cluster"])
+def test_recurring_concepts_return_to_their_old_clusters(digits, schedule, tmp_path, local_init):
+    """Either start of the devices' new models (``local_init``) finds every recurrence."""
+    rows, state = _run(digits, schedule, tmp_path, local_init=local_init)
     first = rows[0]["cluster_of_device"]
     assert len(set(first)) == 2  # the cold start separates the two concepts
     served = {schedule[d, 0]: first[d] for d in range(6)}
@@ -140,3 +142,28 @@ def test_bad_schedules_are_refused_with_a_clear_message(schedule, message):
 def test_bad_schedule_in_params_names_the_key():
     with pytest.raises(ParamsError, match="continual.schedule: shape"):
         parse_params({"continual": {"timesteps": 2, "schedule": [[0, 1, 0]]}})
+
+
+def test_local_init_cluster_starts_each_devices_new_model_from_its_cluster(digits, monkeypatch):
+    """``local_init=cluster``: Alg. 8's "train new model d.θ" fine-tunes the model of
+    the cluster the device had at t − 1."""
+    from clusterfed.algorithms.base import generators
+    from clusterfed.algorithms.protocol import Context
+
+    algorithm = CFAACL(alpha=0.1, epsilon=0.5, init_epochs=40, rounds=2, max_rounds=1, local_init="cluster")
+    state = algorithm.cold_start(_engine(digits, [0, 0, 0, 1, 1, 1], seed=1), seed=1)
+    rows = state.clustering.model_of_device(6)
+    assert len(set(rows.tolist())) > 1  # several cluster models, so the devices' starts differ
+    engine = _engine(digits, [1, 1, 1, 0, 0, 0], seed=2)
+    starts = []
+    train = engine.train
+
+    def recording_train(params, *args, **kwargs):
+        starts.append({k: v.clone() for k, v in params.items()})
+        return train(params, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "train", recording_train)
+    algorithm.arrive(state, engine, 1, Context(*generators(5)))
+    expected = take(state.clustering.params, rows.tolist())
+    for k, v in expected.items():  # the first training of the timestep is the devices' new models
+        torch.testing.assert_close(starts[0][k], v, rtol=0, atol=0)

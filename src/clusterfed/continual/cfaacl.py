@@ -8,7 +8,12 @@ its local model (Alg. 10). The clusters then train, test support and merge as in
 FAACL (Alg. 11). Clusters that lose all their devices keep their models, so a
 concept that recurs finds its old model again.
 
-A concept matches when the cluster model is no worse than the device's fresh local
+Alg. 8 and 10 say only "train new model d.θ on the new data". ``local_init`` reads
+where that model starts: ``fresh`` weights (the default), or ``cluster``, the model of
+the cluster the device had at t − 1, fine-tuned on the new data (then a founder's
+cluster starts from what the federation knew, not from scratch).
+
+A concept matches when the cluster model is no worse than the device's new local
 model, by the one-sided Wilcoxon test of Alg. 2 (tolerance ε, level α), both on the
 device's current validation data and on the remembered sample S' of that concept.
 
@@ -101,8 +106,10 @@ class CFAACL(ContinualMethod):
     hyperparameters = (
         Param("alpha", 0.1, "significance level of every Wilcoxon test", symbol="α", gt=0.0, lt=1.0),
         Param("epsilon", 0.5, "loss tolerance of every Wilcoxon test (Table B.4)", symbol="ε", ge=0.0),
-        Param("init_epochs", 5, "local epochs of the cold start (Alg. 1) and of each device's fresh local model",
+        Param("init_epochs", 5, "local epochs of the cold start (Alg. 1) and of each device's new local model",
               kind=int, gt=0),
+        Param("local_init", "fresh", "where a device's new local model (Alg. 8-10) starts: fresh weights or "
+              "its cluster's model at t - 1", kind=str, choices=("fresh", "cluster")),
         Param("max_rounds", 20, "cap on train/support/merge rounds per timestep", kind=int, gt=0),
         Param("memory_samples", 100, "size of the sample S stored in each device's memory per timestep",
               symbol="S", kind=int, gt=0),
@@ -110,6 +117,7 @@ class CFAACL(ContinualMethod):
     alpha: float
     epsilon: float
     init_epochs: int
+    local_init: str
     max_rounds: int
     memory_samples: int
 
@@ -128,8 +136,11 @@ class CFAACL(ContinualMethod):
         n = engine.n_devices
         previous, memory = state.clustering, state.memory
         devices = np.arange(n)
-        fresh = engine.init_params(n, gen, distinct=False)
-        local = engine.train(fresh, devices, devices, gen, local_epochs=self.init_epochs).params
+        if self.local_init == "cluster":
+            start = take(previous.params, previous.model_of_device(n).tolist())
+        else:
+            start = engine.init_params(n, gen, distinct=False)
+        local = engine.train(start, devices, devices, gen, local_epochs=self.init_epochs).params
         counts = engine.counts("val")
         own_val = engine.own_losses(local, devices, "val").cpu().numpy()
         cluster_val = engine.losses(previous.params, "val").cpu().numpy()
