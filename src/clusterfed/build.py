@@ -47,9 +47,7 @@ def build_federation(params: Params, seed: int) -> Federation:
     if s.construction == "authors":
         try:
             fed = build_authors_scenario(
-                dataset, s.name, seed=seed, users=s.users, data_seed=s.data_seed, gaussian_mean=s.noise.gaussian_mean,
-                gaussian_variance=s.noise.gaussian_variance, salt_pepper_amount=s.noise.salt_pepper_density,
-                noisy_test=s.noise.on_test,
+                dataset, s.name, seed=seed, users=s.users, data_seed=s.data_seed, noise=s.noise,
             )
         except ValueError as exc:
             raise ParamsError(f"scenario: {exc}") from None
@@ -183,8 +181,7 @@ def timestep_engines(params: Params, schedule: np.ndarray, seed: int) -> Callabl
         if s.construction == "authors":
             fed = build_authors_scenario(
                 dataset, s.name, seed=seed, users=s.users, data_seed=s.data_seed, concepts=schedule[:, t], timestep=t,
-                gaussian_mean=s.noise.gaussian_mean, gaussian_variance=s.noise.gaussian_variance,
-                salt_pepper_amount=s.noise.salt_pepper_density, noisy_test=s.noise.on_test,
+                noise=s.noise,
             )
         else:
             fed = federation_from_concepts(

@@ -7,7 +7,7 @@ import pytest
 
 from clusterfed.config import ParamsError, parse_params
 from clusterfed.build import build_federation
-from clusterfed.scenarios import build_authors_scenario
+from clusterfed.scenarios import NoiseParams, build_authors_scenario
 from clusterfed.scenarios.authors import standardise
 from clusterfed.scenarios.noise import indexed_gaussian_and_salt_pepper
 
@@ -83,9 +83,9 @@ def test_a1_noise_values_on_noisy_devices(digits):
             assert x.max() > 1.0  # clean standardised pixels are not clipped
 
 
-def test_a1_noisy_test_false_scores_noisy_devices_on_clean_images(digits):
+def test_a1_on_test_false_scores_noisy_devices_on_clean_images(digits):
     noisy = build_authors_scenario(digits, "A1", seed=10)
-    clean = build_authors_scenario(digits, "A1", seed=10, noisy_test=False)
+    clean = build_authors_scenario(digits, "A1", seed=10, noise=NoiseParams(on_test=False))
     s0 = build_authors_scenario(digits, "A1", seed=10, concepts=np.zeros(noisy.n_devices, dtype=np.int64))
     for d in range(noisy.n_devices):
         np.testing.assert_array_equal(clean.devices[d].x_train, noisy.devices[d].x_train)

@@ -54,6 +54,7 @@ import numpy as np
 from clusterfed.data import ArrayDataset
 from clusterfed.scenarios.federation import DeviceSplits, Federation
 from clusterfed.scenarios.noise import indexed_gaussian_and_salt_pepper
+from clusterfed.scenarios.static import NoiseParams
 
 AUTHORS_SCENARIOS: tuple[str, ...] = ("S1", "S2", "A1", "A2")
 DATA_SEED = 0
@@ -171,10 +172,7 @@ def build_authors_scenario(
     concepts: np.ndarray | None = None,
     timestep: int = 0,
     data_seed: int = DATA_SEED,
-    gaussian_mean: float = 0.0,
-    gaussian_variance: float = 0.4,
-    salt_pepper_amount: float = 0.7,
-    noisy_test: bool = True,
+    noise: NoiseParams = NoiseParams(),
 ) -> Federation:
     """The federation of scenario ``name`` under the authors' construction.
 
@@ -188,8 +186,8 @@ def build_authors_scenario(
     1 = noisy / scarce. ``timestep`` t ≥ 1 gives every user new samples
     (:func:`redrawn_users`, seeded by ``(data_seed, t)``); t = 0 is the cold start's
     data, so the cold-start concepts at t = 0 give exactly the cold-start federation.
-    ``noisy_test=False`` leaves A1's noisy devices' test images clean
-    (``scenario.noise.on_test``).
+    ``noise`` is A1's noise (its ``salt_pepper_density`` is skimage's ``amount``);
+    ``noise.on_test=False`` leaves the noisy devices' test images clean.
     """
     k = dataset.n_classes
     n_users = default_users(dataset.name) if users is None else int(users)
@@ -225,9 +223,9 @@ def build_authors_scenario(
         elif name == "S2" and c:
             y, y_test = (y + 1) % k, (y_test + 1) % k
         elif name == "A1" and c:
-            kw = dict(mean=gaussian_mean, variance=gaussian_variance, amount=salt_pepper_amount)
+            kw = dict(mean=noise.gaussian_mean, variance=noise.gaussian_variance, amount=noise.salt_pepper_density)
             x = indexed_gaussian_and_salt_pepper(x, **kw)
-            if noisy_test:
+            if noise.on_test:
                 x_test = indexed_gaussian_and_salt_pepper(x_test, **kw)
         elif name == "A2" and c:
             for a, b in A2_RELABEL.items():

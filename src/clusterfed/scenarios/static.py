@@ -44,7 +44,7 @@ class NoiseParams(Section):
     on_test: bool = True
     """The noisy devices' test images carry the noise too, as in the authors' cold-start
     code; false scores them on clean images, a reading the thesis text leaves open for
-    the continual tables, which have no public code (benchmarks/RESULTS.md §4)."""
+    the continual tables, which have no public code (benchmarks/RESULTS.md §8, session 42)."""
 
 
 class ScarcityParams(Section):
