@@ -143,6 +143,7 @@ def _fingerprint(key: tuple, args) -> str:
 
     return json.dumps({
         "key": list(key), "construction": args.construction, "users": args.users, "group_sizes": args.group_sizes,
+        "first_devices": args.first_devices,
         "init_epochs": args.init_epochs, "variant": args.variant, "supporter_weight": args.supporter_weight,
         "set": sorted(args.set), "sparse_inputs": args.sparse_inputs, "device": args.device, "code": code_digest(),
     }, sort_keys=True)
@@ -220,7 +221,8 @@ def run(args) -> None:
             if not todo:
                 continue
             if args.construction == "authors":
-                fed = build_authors_scenario(ds, scenario, seed=seed, users=args.users, data_seed=args.data_seed)
+                fed = build_authors_scenario(ds, scenario, seed=seed, users=args.users, data_seed=args.data_seed,
+                                             first_devices=args.first_devices)
             else:
                 fed = build_scenario(ds, scenario, group_sizes=args.group_sizes, seed=seed)
             eng = Engine(fed, model="mlp", training=training, hidden=128, device=args.device,
@@ -252,6 +254,7 @@ def run(args) -> None:
                     "epochs": args.epochs,
                     "construction": args.construction,
                     "data_seed": args.data_seed if args.construction == "authors" else None,
+                    "first_devices": args.first_devices,
                     "local_epochs": args.local_epochs,
                     "lr": args.lr,
                     "init_epochs": args.init_epochs if name == "faacl" else None,
@@ -469,6 +472,9 @@ def main() -> None:
     ap.add_argument("--group-sizes", nargs="+", type=int, default=[10, 10])
     ap.add_argument("--construction", choices=["thesis", "authors"], default="thesis")
     ap.add_argument("--users", type=int, default=None, help="authors' construction: FedProx users (1000)")
+    ap.add_argument("--first-devices", type=int, default=None,
+                    help="authors' construction: only the first N devices (their FAACL --samplesize; thesis "
+                    "Table 3.7: 20); rows are not keyed by it, use another --out")
     ap.add_argument("--data-seed", type=int, default=DATA_SEED,
                     help="authors' construction: seed of the FedProx draw and splits (theirs: 0); a row "
                     "per data seed, --summarize reads one")
@@ -497,6 +503,8 @@ def main() -> None:
     ap.add_argument("--weighted", action="store_true",
                     help="summarize accuracy over all test samples (device accuracies weighted by test size)")
     args = ap.parse_args()
+    if args.construction != "authors" and args.first_devices is not None:
+        ap.error("--first-devices is read only by --construction authors (the thesis reading: --group-sizes)")
     if args.construction != "authors" and args.data_seed != DATA_SEED:
         ap.error("--data-seed is read only by --construction authors (the thesis reading's data follow --seeds)")
     if args.summarize:

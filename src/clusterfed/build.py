@@ -48,6 +48,7 @@ def build_federation(params: Params, seed: int) -> Federation:
         try:
             fed = build_authors_scenario(
                 dataset, s.name, seed=seed, users=s.users, data_seed=s.data_seed, noise=s.noise,
+                first_devices=s.first_devices,
             )
         except ValueError as exc:
             raise ParamsError(f"scenario: {exc}") from None
@@ -181,7 +182,7 @@ def timestep_engines(params: Params, schedule: np.ndarray, seed: int) -> Callabl
         if s.construction == "authors":
             fed = build_authors_scenario(
                 dataset, s.name, seed=seed, users=s.users, data_seed=s.data_seed, concepts=schedule[:, t], timestep=t,
-                noise=s.noise,
+                noise=s.noise, first_devices=s.first_devices,
             )
         else:
             fed = federation_from_concepts(

@@ -67,6 +67,11 @@ class ScenarioParams(_Section):
         description="Authors' construction: seed of the FedProx users' power-law draw and splits (theirs: 0 on "
         "every device; FedProx's generator itself is unseeded). The run seed never changes these data.",
     )
+    first_devices: PositiveInt | None = Field(
+        None,
+        description="Authors' construction: keep only the first N devices of the federation (their FAACL "
+        "--samplesize; thesis Table 3.7's MNIST runs: 20). null: every device.",
+    )
     path: str | None = Field(
         None, description="custom only: folder of one .npz per device (clusterfed.scenarios.custom)."
     )
@@ -277,10 +282,13 @@ def _cross_checks(params: Params) -> list[str]:
     if s.construction != "authors" and s.data_seed != DATA_SEED:
         out.append(f"scenario.data_seed: read only by the authors' construction, not {s.construction!r} "
                    "(the thesis reading draws its data from the run seed)")
+    if s.construction != "authors" and s.first_devices is not None:
+        out.append(f"scenario.first_devices: read only by the authors' construction, not {s.construction!r} "
+                   "(the thesis reading sets its devices with group_sizes)")
     if s.construction == "authors":
         if s.name not in ("S1", "S2", "A1", "A2"):
             out.append(f"scenario.construction: the authors' construction builds S1, S2, A1, A2, not {s.name!r}")
-        elif c.enabled:
+        else:
             try:
                 continual_devices(params)
             except ValueError as exc:
@@ -296,12 +304,13 @@ def _cross_checks(params: Params) -> list[str]:
 
 def continual_devices(params: Params) -> int:
     """Devices of the continual scenario: ``scenario.group_sizes`` summed, or under the
-    authors' construction the devices its FedProx users make (ValueError naming
-    ``scenario.users`` when they cannot)."""
+    authors' construction the devices its FedProx users make, or the first
+    ``scenario.first_devices`` of them (ValueError naming ``scenario.users`` or
+    ``scenario.first_devices`` when they cannot)."""
     s = params.scenario
     if s.construction == "authors":
         users = default_users(params.data.dataset) if s.users is None else s.users
-        return authors_devices(s.name, users)
+        return authors_devices(s.name, users, s.first_devices)
     return sum(s.group_sizes)
 
 

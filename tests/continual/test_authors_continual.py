@@ -57,6 +57,10 @@ def test_params_accept_the_authors_continual_grid():
         _authors("A1", timesteps=2, schedule=[[0, 1, 0]] * 6)
     with pytest.raises(ParamsError, match="scenario.users: A2 merges 20 users"):
         parse_params({"scenario": {"name": "A2", "construction": "authors", "users": 30}})
+    first = parse_params({"seeds": [10], "scenario": {"name": "A1", "construction": "authors", "first_devices": 6},
+                          "training": {"device": "cpu"}, "continual": {"timesteps": 2}})
+    assert continual_devices(first) == 6 and build_schedule(first).shape == (6, 3)
+    assert timestep_engines(first, build_schedule(first), 10)(1).n_devices == 6
 
 
 def test_users_keep_their_digits_and_sizes_with_new_disjoint_images(digits):

@@ -174,6 +174,29 @@ def test_data_seed_redraws_the_power_law_and_nothing_else(digits):
         parse_params({"scenario": {"name": "S2", "data_seed": 1}, "continual": {"enabled": False}})
 
 
+def test_first_devices_keep_the_federations_first_devices_unchanged(digits):
+    """The authors' FAACL ``--samplesize``: the first N devices, each exactly as in the
+    whole federation (S1's random relabelling included), and every key routed."""
+    for name in ("S1", "A1", "A2"):
+        whole = build_authors_scenario(digits, name, seed=10)
+        first = build_authors_scenario(digits, name, seed=10, first_devices=4)
+        assert first.n_devices == 4 and first.description["first_devices"] == 4
+        assert first.groups.tolist() == whole.groups[:4].tolist()
+        for a, b in zip(first.devices, whole.devices[:4]):
+            for f in ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test"):
+                np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+    a2 = build_authors_scenario(digits, "A2", seed=10, first_devices=3)  # scarce 0, 2; abundant 1
+    assert a2.oracle_pools[1].tolist() == [0, 1, 2]
+    params = parse_params({"scenario": {"name": "A1", "construction": "authors", "first_devices": 6}})
+    assert build_federation(params, seed=10).n_devices == 6
+    with pytest.raises(ParamsError, match=r"scenario.first_devices: A1 of 100 users has 10 devices"):
+        parse_params({"scenario": {"name": "A1", "construction": "authors", "first_devices": 11}})
+    with pytest.raises(ParamsError, match=r"needs 2 <= first_devices <= 5"):
+        parse_params({"scenario": {"name": "A2", "construction": "authors", "first_devices": 1}})
+    with pytest.raises(ParamsError, match="scenario.first_devices: read only by the authors' construction"):
+        parse_params({"scenario": {"name": "A1", "first_devices": 4}})
+
+
 def test_mnist_device_counts_and_a2_labels(mnist):
     s2 = build_authors_scenario(mnist, "S2", seed=10)
     assert s2.n_devices == 100 and np.bincount(s2.groups).tolist() == [50, 50]

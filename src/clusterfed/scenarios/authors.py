@@ -21,6 +21,8 @@ fixes it, and this module follows those facts (DESIGN.md §9) in our own code:
   and test. A2: even devices are scarce and relabel 1 and 3 as 2, train and test.
 - Noise comes before the validation split; each device then permutes its train
   data and holds out ``25% + 1`` of it as Z_d^val.
+- ``test-FAACL.py`` trains only its first ``--samplesize`` devices
+  (``first_devices``); thesis Table 3.7's MNIST runs train 20 devices a round.
 - Every random choice uses the data seed, ``DATA_SEED`` = 0 by default (the authors
   re-seed every device with 0), so the federation is the same for every run seed; the
   run seed only seeds models and training. FedProx's generator itself is unseeded
@@ -125,9 +127,10 @@ def fedprox_users(
     return users
 
 
-def authors_devices(name: str, users: int) -> int:
-    """Devices of scenario ``name`` built from ``users`` FedProx users, or ValueError
-    naming ``scenario.users``."""
+def authors_devices(name: str, users: int, first_devices: int | None = None) -> int:
+    """Devices of scenario ``name`` built from ``users`` FedProx users, or only the
+    first ``first_devices`` of them; ValueError naming ``scenario.users`` or
+    ``scenario.first_devices`` when they cannot be built."""
     if name not in AUTHORS_SCENARIOS:
         raise ValueError(f"the authors' construction builds {AUTHORS_SCENARIOS}, not {name!r}")
     per_device = A2_USERS_PER_DEVICE if name == "A2" else USERS_PER_DEVICE
@@ -136,7 +139,15 @@ def authors_devices(name: str, users: int) -> int:
             f"scenario.users: {name} merges {per_device} users per device and needs two devices; "
             f"{users} is not a multiple of {per_device} of at least {2 * per_device}"
         )
-    return users // per_device
+    built = users // per_device
+    if first_devices is None:
+        return built
+    if not 2 <= first_devices <= built:
+        raise ValueError(
+            f"scenario.first_devices: {name} of {users} users has {built} devices; keeping the first "
+            f"{first_devices} needs 2 <= first_devices <= {built}"
+        )
+    return first_devices
 
 
 def cold_start_concepts(name: str, n_devices: int) -> np.ndarray:
@@ -173,6 +184,7 @@ def build_authors_scenario(
     timestep: int = 0,
     data_seed: int = DATA_SEED,
     noise: NoiseParams = NoiseParams(),
+    first_devices: int | None = None,
 ) -> Federation:
     """The federation of scenario ``name`` under the authors' construction.
 
@@ -188,11 +200,14 @@ def build_authors_scenario(
     data, so the cold-start concepts at t = 0 give exactly the cold-start federation.
     ``noise`` is A1's noise (its ``salt_pepper_density`` is skimage's ``amount``);
     ``noise.on_test=False`` leaves the noisy devices' test images clean.
+    ``first_devices`` keeps only the first devices of that federation, unchanged (the
+    authors' FAACL ``--samplesize``: ``self.clients[:samplesize]``; thesis Table 3.7's
+    MNIST runs train 20 devices a round); ``concepts`` then has that many entries.
     """
     k = dataset.n_classes
     n_users = default_users(dataset.name) if users is None else int(users)
-    n_devices = authors_devices(name, n_users)
-    per_device = n_users // n_devices
+    per_device = n_users // authors_devices(name, n_users)
+    n_devices = authors_devices(name, n_users, first_devices)
     concepts = cold_start_concepts(name, n_devices) if concepts is None else np.asarray(concepts, dtype=np.int64)
     if concepts.shape != (n_devices,) or not set(concepts.tolist()) <= {0, 1}:
         raise ValueError(f"concepts: expected {n_devices} concepts 0 or 1, got {concepts.tolist()}")
@@ -237,6 +252,7 @@ def build_authors_scenario(
         "users_per_device": per_device,
         "data_seed": data_seed,
         "timestep": timestep,
+        "first_devices": first_devices,
         "samples_per_device": [d.n_train + len(d.y_val) for d in devices],
         "test_samples_per_device": [len(d.y_test) for d in devices],
         "val_fraction": "25% + 1",
