@@ -480,7 +480,7 @@ def main() -> None:
                     "per data seed, --summarize reads one")
     ap.add_argument("--local-epochs", type=int, default=1, help="local epochs per round (the authors: 10)")
     ap.add_argument("--lr", type=float, default=0.01,
-                    help="local SGD learning rate (thesis Table B.4: 0.01; the authors' TrainConfig: 0.001); "
+                    help="local SGD learning rate (thesis Table B.4 and the authors' TrainConfig on MNIST: 0.01); "
                          "rows record it; rows without one ran at 0.01")
     ap.add_argument("--init-epochs", type=int, default=5, help="FAACL's Alg. 1 epochs (the authors: 500)")
     ap.add_argument("--variant", choices=["flat", "hierarchical"], default="flat")
