@@ -138,14 +138,17 @@ def _checkpoint(out: Path, key: tuple, args) -> Path:
 
 def _fingerprint(key: tuple, args) -> str:
     """What a snapshot's rounds depend on beyond the method, seed and federation size:
-    resuming is refused when any of it, or the library's code, changed."""
+    resuming is refused when any of it, or the library's code, changed. Not the
+    ``--device``: every random draw is made on the CPU, so a GPU run resumed on a CPU
+    differs from either only by float rounding (the row records the device it finished
+    on and `resumed_from_round`)."""
     from clusterfed.build import code_digest
 
     return json.dumps({
         "key": list(key), "construction": args.construction, "users": args.users, "group_sizes": args.group_sizes,
         "first_devices": args.first_devices,
         "init_epochs": args.init_epochs, "variant": args.variant, "supporter_weight": args.supporter_weight,
-        "set": sorted(args.set), "sparse_inputs": args.sparse_inputs, "device": args.device, "code": code_digest(),
+        "set": sorted(args.set), "sparse_inputs": args.sparse_inputs, "code": code_digest(),
     }, sort_keys=True)
 
 

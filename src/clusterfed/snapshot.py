@@ -53,37 +53,39 @@ def encode(tree: Any) -> tuple[Any, dict[str, torch.Tensor]]:
     return _encode(tree, "state", tensors), tensors
 
 
-def decode(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
-    """The tree :func:`encode` was given, from its two parts."""
+def decode(node: Any, tensors: dict[str, torch.Tensor], accelerator: torch.device | str | None = None) -> Any:
+    """The tree :func:`encode` was given, from its two parts. ``accelerator``: where
+    what was saved on a GPU goes instead (a GPU run resumed on a CPU); what was saved
+    on the CPU stays there (random generators, host-side tensors)."""
     if not isinstance(node, dict):
         return node  # None, bool, int, float, str
     tag = node["$"]
     if tag == "tensor":
-        return tensors[node["key"]].to(node["device"])
+        return tensors[node["key"]].to(_placed(node["device"], accelerator))
     if tag == "ndarray":
         return tensors[node["key"]].numpy().astype(node["dtype"], copy=False)
     if tag == "np":
         return np.dtype(node["dtype"]).type(node["v"])
     if tag in ("tuple", "list"):
-        items = [decode(v, tensors) for v in node["items"]]
+        items = [decode(v, tensors, accelerator) for v in node["items"]]
         return tuple(items) if tag == "tuple" else items
     if tag in ("frozenset", "set"):
-        items = [decode(v, tensors) for v in node["items"]]
+        items = [decode(v, tensors, accelerator) for v in node["items"]]
         return frozenset(items) if tag == "frozenset" else set(items)
     if tag == "dict":
-        return {decode(k, tensors): decode(v, tensors) for k, v in node["items"]}
+        return {decode(k, tensors, accelerator): decode(v, tensors, accelerator) for k, v in node["items"]}
     if tag == "dataclass":
         cls = _clusterfed_type(node["type"])
         obj = object.__new__(cls)
         for name, value in node["fields"].items():
-            object.__setattr__(obj, name, decode(value, tensors))  # frozen ones too
+            object.__setattr__(obj, name, decode(value, tensors, accelerator))  # frozen ones too
         return obj
     if tag == "numpy_rng":
         rng = np.random.Generator(getattr(np.random, node["bit_generator"])())
         rng.bit_generator.state = node["state"]
         return rng
     if tag == "torch_rng":
-        gen = torch.Generator(device=node["device"])
+        gen = torch.Generator(device=_placed(node["device"], accelerator))
         gen.set_state(tensors[node["key"]])
         return gen
     raise ValueError(f"unknown snapshot node type {tag!r}")
@@ -106,14 +108,19 @@ def save_snapshot(directory: Path, tree: Any, meta: dict) -> None:
     shutil.rmtree(previous, ignore_errors=True)
 
 
-def load_snapshot(directory: Path) -> tuple[Any, dict]:
-    """(tree, meta) of the snapshot :func:`save_snapshot` last finished writing."""
+def _placed(saved_on: str, accelerator: torch.device | str | None) -> str:
+    return saved_on if accelerator is None or saved_on == "cpu" else str(accelerator)
+
+
+def load_snapshot(directory: Path, accelerator: torch.device | str | None = None) -> tuple[Any, dict]:
+    """(tree, meta) of the snapshot :func:`save_snapshot` last finished writing;
+    ``accelerator`` as in :func:`decode`."""
     found = _complete(Path(directory))
     if found is None:
         raise FileNotFoundError(f"no complete snapshot in {directory}")
     blob = json.loads((found / META).read_text())
     tensors = load_file(str(found / TENSORS))
-    return decode(blob["tree"], tensors), blob["meta"]
+    return decode(blob["tree"], tensors, accelerator), blob["meta"]
 
 
 def read_meta(directory: Path) -> dict | None:

@@ -190,3 +190,15 @@ def test_encode_names_what_it_cannot_snapshot():
         encode({"x": [1, lambda: 0]})
     with pytest.raises(TypeError, match="state: cannot snapshot an array of dtype object"):
         encode(np.array([None]))
+
+
+def test_decode_places_gpu_tensors_on_the_given_device_and_keeps_host_ones():
+    """A snapshot taken on a GPU resumes on a CPU: what was on the GPU follows the
+    engine, what was on the host (generators, host tensors) stays there."""
+    gpu = {"$": "tensor", "key": "w", "device": "cuda:0"}
+    host = {"$": "tensor", "key": "n", "device": "cpu"}
+    tree = {"$": "dict", "items": [["w", gpu], ["n", host]]}
+    tensors = {"w": torch.arange(3.0), "n": torch.arange(2)}
+    out = decode(tree, tensors, accelerator="cpu")
+    assert out["w"].device.type == "cpu" and out["w"].tolist() == [0.0, 1.0, 2.0]
+    assert out["n"].device.type == "cpu" and out["n"].tolist() == [0, 1]

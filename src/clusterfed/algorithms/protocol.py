@@ -231,7 +231,7 @@ def run_coldstart(
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     n = engine.n_devices
     key = _fingerprint(method, seed, n, fingerprint)
-    saved = _resume(checkpoint, key)
+    saved = _resume(checkpoint, key, engine.device)
     rng, gen = generators(seed) if saved is None else (saved["rng"], saved["generator"])
     ctx = Context(rng=rng, generator=gen, ground_truth=ground_truth, oracle_pools=oracle_pools)
     with engine.tally() as fit:  # every engine call of the fit, hooks' included
@@ -306,8 +306,9 @@ def _fingerprint(method: ColdStart, seed: int, n_devices: int, caller: str) -> s
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _resume(checkpoint: Path | None, key: str) -> dict | None:
-    """The snapshot in ``checkpoint`` written under ``key``, if any."""
+def _resume(checkpoint: Path | None, key: str, device: torch.device) -> dict | None:
+    """The snapshot in ``checkpoint`` written under ``key``, if any, its GPU tensors on
+    ``device`` (a snapshot taken on a GPU resumes on a CPU)."""
     if checkpoint is None:
         return None
     meta = read_meta(checkpoint)
@@ -316,5 +317,5 @@ def _resume(checkpoint: Path | None, key: str) -> dict | None:
     if meta.get("fingerprint") != key:
         warn_stale(checkpoint, "snapshot", "the next snapshot overwrites it")
         return None
-    tree, _ = load_snapshot(checkpoint)
+    tree, _ = load_snapshot(checkpoint, device)
     return tree

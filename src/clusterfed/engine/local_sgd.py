@@ -234,7 +234,8 @@ def local_sgd(
     40 MB of weights). Autograd steps (the CNN: compute-bound convolutions, fastest as
     one grouped convolution over all pairs, ``benchmarks/cnn_step.py``) take as many
     pairs at once as ``AUTOGRAD_BUDGET_BYTES`` of activations allow: all of them at
-    usual batch sizes, fewer for full-batch steps. Pairs are ordered as ``pair_order``
+    usual batch sizes, fewer for full-batch steps. On a GPU analytic steps also take
+    every pair at once: there chunks only multiply each step's kernel launches. Pairs are ordered as ``pair_order``
     says (by model where a model has several pairs, then by decreasing sample count),
     so a chunk holds devices of similar size and stops when its largest is done.
     Sample orders are drawn in the caller's pair order, so neither the order nor the
@@ -277,8 +278,10 @@ def local_sgd(
             autograd_sgd_step(model, p, xb, yb, w, lr=lr, l2=l2)
 
     per_pair = sum(v[0].numel() for v in source.values())
-    if analytic:
+    if analytic and data.x.device.type == "cpu":
         size = max(1, CHUNK_FLOATS // per_pair)
+    elif analytic:  # a GPU: no cache to fit, and each step's kernel launches are the cost
+        size = n_pairs
     else:
         per_pair_bytes = 3 * 4 * batch_size * activation_floats(model, tuple(data.x.shape[2:]))
         size = max(1, min(n_pairs, AUTOGRAD_BUDGET_BYTES // per_pair_bytes))
