@@ -299,8 +299,9 @@ def run(args) -> None:
                     "wall_s": wall,  # of this process: a resumed fit's earlier rounds are not in it
                     "cpu_s": cpu,
                     "resumed_from_round": res.resumed_from_round,
-                    "epsilon": EPSILON[scenario] if name == "faacl" else None,
-                    "alpha": ALPHA if name == "faacl" else None,
+                    # the values the fit ran with (Table B.1's unless --set changed them)
+                    "epsilon": algo.epsilon if name == "faacl" else None,
+                    "alpha": algo.alpha if name == "faacl" else None,
                     "ifca_clusters": algo.n_clusters if name == "ifca" else None,
                     "hyperparameters": {p.name: getattr(algo, p.name) for p in algo.declared()},
                     "mb_per_round": float(np.mean([h["bytes_down"] + h["bytes_up"] for h in hist])) / 1e6,

@@ -16,6 +16,7 @@ from clusterfed.algorithms import (
     cluster_train,
 )
 from clusterfed.engine import Engine, TrainingConfig
+from clusterfed.engine.stacked import take
 from clusterfed.scenarios import build_scenario
 
 
@@ -176,12 +177,12 @@ def test_support_is_restricted_to_partitions(s2_engine):
 
 
 def _support_before_issue_17(engine, clustering, *, alpha, epsilon, partition_of_device=None, accumulate=False,
-                             penalized=False):
+                             penalized=False, misclassified="model"):
     """Alg. 2 as it was computed before issue 17: every model on every device, one
     Python-assembled test per (C1, C2, d); returns each cluster's support set."""
     from clusterfed.stats import significant, support_pvalues
 
-    assert not penalized, "the reference compares the data losses only"
+    assert not penalized and misclassified == "model", "the reference compares the data losses only"
 
     clusters = clustering.clusters
     losses = engine.losses(clustering.params, "val").cpu().numpy()
@@ -506,3 +507,58 @@ def test_penalized_support_turns_equal_losses_into_one_way_support(s2_engine):
     assert [c.sup for c in data.clusters] == [frozenset(), frozenset()]
     penalized = cluster_support(engine, clustering, alpha=0.1, epsilon=0.0, penalized=True)
     assert [c.sup for c in penalized.clusters] == [frozenset(), frozenset({0})]
+
+
+def _sharpened(params: dict, c: float) -> dict:
+    """The same predictions with the logits × c: more confident, right or wrong."""
+    w2, b2 = list(params)[2:4]  # the MLP's output kernel and bias
+    out = dict(params)
+    out[w2], out[b2] = params[w2] * c, params[b2] * c
+    return out
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.5])
+def test_uniform_misclassified_loss_finds_no_support_where_both_models_are_always_wrong(s2_engine, epsilon):
+    """A model trained on device 0 (the first concept) and a sharper copy of it that
+    predicts the same labels. Devices 3–5 hold the label-shifted concept: both models
+    are wrong on nearly every one of their validation samples. On the cross-entropy,
+    the unsure original is charged less for those mistakes than the sharp copy, so the
+    copy's cluster lists it as a supporter and the two clusters would merge. With the
+    authors' corrected loss each mistake counts ln K for both models: the samples tie,
+    there is no evidence, and the shifted cluster lists nobody. The first concept's
+    devices, mostly right, find the sharper copy no worse under both losses."""
+    _, engine = s2_engine
+    init = cluster_initialization(engine, torch.Generator().manual_seed(0), init_epochs=40)
+    unsure = take(init.params, [0])
+    params = {k: torch.cat([unsure[k], _sharpened(unsure, 3.0)[k]]) for k in unsure}
+    wrong = engine.losses(params, "val", measure="zero_one")[:, 3:].numpy()
+    assert wrong.sum() >= 0.98 * 2 * 3 * 60  # both models, devices 3-5, 60 validation samples each
+    clustering = Clustering((Cluster(0, frozenset({0, 1, 2})), Cluster(1, frozenset({3, 4, 5}))), params)
+    data = cluster_support(engine, clustering, alpha=0.1, epsilon=epsilon)
+    assert [c.sup for c in data.clusters] == [frozenset({1}), frozenset({0})]
+    corrected = cluster_support(engine, clustering, alpha=0.1, epsilon=epsilon, misclassified="uniform")
+    assert [c.sup for c in corrected.clusters] == [frozenset({1}), frozenset()]
+
+
+def test_uniform_misclassified_loss_equals_a_per_test_reference(s2_engine):
+    """Every (C1, C2, d) test of the corrected loss against one assembled by hand:
+    ln 10 for each wrong prediction, ε added to C1's right ones only."""
+    from clusterfed.stats import significant, support_pvalues
+
+    fed, engine = s2_engine
+    clustering = cluster_initialization(engine, torch.Generator().manual_seed(1), init_epochs=5)
+    out = cluster_support(engine, clustering, alpha=0.1, epsilon=0.3, misclassified="uniform")
+    losses = engine.losses(clustering.params, "val").numpy()
+    wrong = engine.losses(clustering.params, "val", measure="zero_one").numpy() > 0.5
+    counts = engine.counts("val")
+    corrected = np.where(wrong, np.log(10.0), losses)
+    expected = []
+    for i in range(fed.n_devices):  # singleton cluster i holds device i
+        n = counts[i]
+        own = corrected[i, i, :n] + np.where(wrong[i, i, :n], 0.0, 0.3)
+        others = [j for j in range(fed.n_devices) if j != i]
+        p = support_pvalues([own] * len(others), [corrected[j, i, :n] for j in others], 0.0)
+        expected.append(frozenset(j for j, ok in zip(others, significant(p, 0.1)) if ok))
+    assert [c.sup for c in out.clusters] == expected
+    n_tests = fed.n_devices * (fed.n_devices - 1)
+    assert 0 < sum(map(len, expected)) < n_tests  # the tests decide both ways here

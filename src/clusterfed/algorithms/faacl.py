@@ -51,6 +51,7 @@ def cluster_support(
     partition_of_device: np.ndarray | None = None,
     accumulate: bool = False,
     penalized: bool = False,
+    misclassified: Literal["model", "uniform"] = "model",
 ) -> Clustering:
     """Alg. 2: C2 ∈ C1.sup iff every device of C1 finds C2's model no worse than C1's,
     by the one-sided Wilcoxon test on its validation losses (ε tolerance, level α).
@@ -67,7 +68,12 @@ def cluster_support(
     until it merges). ``penalized`` adds each model's L2 penalty (``Engine.penalties``)
     to every loss it is tested on: the authors' losses come from Keras' ``evaluate``,
     which reports the regulariser inside each per-sample loss, so C1's own model is
-    effectively granted ε + R(C1.θ) − R(C2.θ).
+    effectively granted ε + R(C1.θ) − R(C2.θ). ``misclassified="uniform"`` is the
+    authors' "corrected loss": a validation sample a model gets wrong counts with ln K,
+    the loss of a uniform guess over the K classes, whatever the model's own loss on it,
+    and ε is added only where C1's model is right. A sample both models get wrong then
+    ties (dropped by the test), and a confidently wrong model is charged no more than
+    an unsure one.
 
     A cluster with no devices (C-FAACL keeps one when its concept leaves, as the
     memory its global concept search returns to) has nobody to run the test, so it
@@ -76,6 +82,9 @@ def cluster_support(
     and merge with the first cluster that finds its model no worse, so the remembered
     concept would be overwritten or lost (RESULTS §8, session 26).
     """
+    if misclassified not in ("model", "uniform"):
+        raise ValueError(f"misclassified must be 'model' or 'uniform', got {misclassified!r}")
+    uniform = misclassified == "uniform"
     clusters = clustering.clusters
     m = len(clusters)
     counts = engine.counts("val")
@@ -92,10 +101,16 @@ def cluster_support(
         losses = engine.losses(models, "val", devices=devices).cpu().numpy()
         if penalized:
             losses = losses + engine.penalties(models)[:, None, None]  # padding is never read (counts)
+        if uniform:
+            wrong = engine.losses(models, "val", devices=devices, measure="zero_one").cpu().numpy() > 0.5
+            losses = np.where(wrong, np.log(engine.n_classes), losses)
         own_row = np.searchsorted(rows, member_row[inside])  # local row of each membership's cluster
         column = np.searchsorted(devices, member_device[inside])  # its device's column of losses
         k, j = np.nonzero(np.arange(len(rows))[None, :] != own_row[:, None])  # membership k tests model j
-        own.append(losses[own_row[k], column[k]])
+        own_losses = losses[own_row[k], column[k]]
+        if uniform:  # ε only where C1's model is right; its wrong samples stay at ln K
+            own_losses = own_losses + np.where(wrong[own_row[k], column[k]], 0.0, epsilon)
+        own.append(own_losses)
         other.append(losses[j, column[k]])
         sizes.append(counts[devices[column[k]]])
         c1.append(rows[own_row[k]])
@@ -104,7 +119,8 @@ def cluster_support(
     np.fill_diagonal(compared, False)
     failed = np.zeros((m, m), dtype=bool)
     if own:
-        p = support_pvalues(np.concatenate(own), np.concatenate(other), epsilon, counts=np.concatenate(sizes))
+        tolerance = 0.0 if uniform else epsilon  # uniform: already added where C1's model is right
+        p = support_pvalues(np.concatenate(own), np.concatenate(other), tolerance, counts=np.concatenate(sizes))
         np.logical_or.at(failed, (np.concatenate(c1), np.concatenate(c2)), ~significant(p, alpha))
     supported = compared & ~failed
     supported[[not c.devices for c in clusters]] = False  # an empty cluster lists no supporter
@@ -341,7 +357,8 @@ class FAACL(ColdStart[FAACLState]):
     that share devices: ``cluster_merge_overlapping``; a shared device is served by its
     first cluster, and each of its clusters trains on it and tests its model on it),
     and ``support_loss="penalized"`` (its per-sample losses come from Keras'
-    ``evaluate``, which adds the model's L2 penalty to each).
+    ``evaluate``, which adds the model's L2 penalty to each) and ``misclassified_loss="uniform"``
+    (its "corrected loss": a wrongly classified validation sample counts with ln K).
     Their loop also tests and merges before it trains; here every round trains first.
     """
 
@@ -378,6 +395,10 @@ class FAACL(ColdStart[FAACLState]):
         Param("support_loss", "data", "the loss Alg. 2's test compares: data = each sample's cross-entropy ℓ(θ, z) "
               "(the box); penalized = plus the model's L2 penalty l2·Σ‖kernel‖² (the authors' code: Keras' "
               "evaluate reports the regulariser inside every loss)", kind=str, choices=("data", "penalized")),
+        Param("misclassified_loss", "model", "the loss a wrongly classified validation sample counts with in "
+              "Alg. 2's test: model = its cross-entropy (the box); uniform = ln K, a uniform guess's loss, with ε "
+              "added only where C1's model is right (the authors' code: their corrected loss, 2.3 on MNIST)",
+              kind=str, choices=("model", "uniform")),
         Param("merge", "partition", "partition = Alg. 3 with one merge per cluster a round, clusters stay disjoint "
               "and C' keeps a parent's model at random; overlapping = a cluster merges with every mutually "
               "supportive cluster in one round, so clusters can share devices, and C' keeps the first parent's "
@@ -395,6 +416,7 @@ class FAACL(ColdStart[FAACLState]):
     level_end: str
     support_sets: str
     support_loss: str
+    misclassified_loss: str
     merge: str
 
     def expected_rounds(self, n_devices: int) -> int:
@@ -435,7 +457,7 @@ class FAACL(ColdStart[FAACLState]):
         clustering = cluster_support(
             engine, state.clustering, alpha=self.alpha, epsilon=self.epsilon,
             partition_of_device=state.partition_of_device, accumulate=accumulated,
-            penalized=self.support_loss == "penalized",
+            penalized=self.support_loss == "penalized", misclassified=self.misclassified_loss,
         )
         if self.merge == "overlapping":
             clustering = cluster_merge_overlapping(clustering)

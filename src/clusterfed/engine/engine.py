@@ -175,6 +175,7 @@ class Engine:
         ).to(self.device)
         self.data = FederationTensors.from_federation(federation, self.device)
         self.n_devices = federation.n_devices
+        self.n_classes = federation.n_classes
         self._tallies: list[Tally] = []  # open Engine.tally scopes
         self._buffer: StackedParams = {}  # train's uploads, reused from round to round
         # (model, sample) rows per evaluation forward: its activations stay within the budget
