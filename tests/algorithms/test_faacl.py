@@ -562,3 +562,71 @@ def test_uniform_misclassified_loss_equals_a_per_test_reference(s2_engine):
     assert [c.sup for c in out.clusters] == expected
     n_tests = fed.n_devices * (fed.n_devices - 1)
     assert 0 < sum(map(len, expected)) < n_tests  # the tests decide both ways here
+
+
+def test_absorbing_merge_gives_c1_its_supporters_devices_and_keeps_the_supporters():
+    """The authors' earlier merge: support alone merges. Cluster 0 lists 1 (one way):
+    C' = {0, 1} keeps model 0 and goes to the end; 1 and 2 stay, and every support set
+    is spent."""
+    from clusterfed.algorithms import cluster_merge_absorbing
+
+    out = cluster_merge_absorbing(_clustering({0: {1}, 1: set(), 2: set()}))
+    assert out.overlapping
+    assert [(c.id, sorted(c.devices), c.sup) for c in out.clusters] == [
+        (1, [1], frozenset()), (2, [2], frozenset()), (3, [0, 1], frozenset())]
+    assert out.params["w"][:, 0].tolist() == [1.0, 2.0, 0.0]
+    assert out.model_of_device(3).tolist() == [2, 0, 1]  # device 1: its first cluster
+
+
+def test_absorbing_merge_makes_a_union_once_and_never_a_copy_of_a_cluster():
+    """Mutual support: 0 and 1 both make {0, 1}, which is made once, with 0's model.
+    A union that a cluster already has is not made: its absorber is dropped."""
+    from clusterfed.algorithms import cluster_merge_absorbing
+
+    out = cluster_merge_absorbing(_clustering({0: {1}, 1: {0}}))
+    assert [sorted(c.devices) for c in out.clusters] == [[0, 1]] and out.params["w"][:, 0].tolist() == [0.0]
+    held = Clustering((Cluster(0, frozenset({0}), frozenset({1})), Cluster(1, frozenset({0, 1}))),
+                      {"w": torch.tensor([[0.0], [1.0]])}, overlapping=True)
+    out = cluster_merge_absorbing(held)
+    assert [(c.id, sorted(c.devices)) for c in out.clusters] == [(1, [0, 1])]
+    assert cluster_merge_absorbing(_clustering({0: set(), 1: set()})).clusters == _clustering({0: set(), 1: set()}).clusters
+
+
+def test_serve_by_validation_gives_a_shared_device_its_best_validated_cluster(s2_engine):
+    """Cluster 0 holds all six S2 devices with a model trained on device 3 (the
+    label-shifted concept); cluster 1 holds devices 0-2 with device 0's model. Devices
+    0-2, in both, are served by cluster 1, the one right on their validation data;
+    3-5 by cluster 0, their only cluster. Serving the first cluster gives 0 to all."""
+    from clusterfed.algorithms.faacl import serve_by_validation
+
+    fed, engine = s2_engine
+    init = cluster_initialization(engine, torch.Generator().manual_seed(0), init_epochs=40)
+    shared = Clustering((Cluster(0, frozenset(range(6))), Cluster(1, frozenset({0, 1, 2}))),
+                        take(init.params, [3, 0]), overlapping=True)
+    assert shared.model_of_device(6).tolist() == [0] * 6
+    served = serve_by_validation(engine, shared)
+    assert served.model_of_device(6).tolist() == [1, 1, 1, 0, 0, 0]
+    assert served.clusters == shared.clusters
+
+
+def test_faacl_absorbing_merge_recovers_the_two_s2_groups_on_digits(digits):
+    """The authors' earlier procedure end to end (one-way merges, corrected loss,
+    best-validated serving) on two label-shifted concepts: no supporter crosses the
+    concepts, so every absorbed cluster is of the absorber's concept."""
+    fed = build_scenario(digits, "S2", group_sizes=[5, 5], seed=55)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    result = FAACL(alpha=0.1, epsilon=0.5, init_epochs=40, rounds=5, variant="hierarchical", merge="absorbing",
+                   serve="validation", misclassified_loss="uniform").fit(engine, seed=55)
+    assert adjusted_rand_score(fed.groups, result.model_of_device) == 1.0
+    assert all(len({fed.groups[d] for d in c.devices}) == 1 for c in result.clusters)
+
+
+def test_a_served_clustering_survives_a_snapshot():
+    """The rows a validation-served clustering picked are in its snapshot."""
+    from clusterfed.snapshot import decode, encode
+
+    shared = Clustering((Cluster(0, frozenset({0, 1})), Cluster(1, frozenset({1}))),
+                        {"w": torch.tensor([[0.0], [1.0]])}, overlapping=True, served=np.array([0, 1]))
+    back = decode(*encode(shared))
+    assert back.clusters == shared.clusters and back.overlapping
+    assert back.model_of_device(2).tolist() == [0, 1]

@@ -24,14 +24,16 @@ class Clustering:
     """A clustering 𝒞: clusters whose device sets cover the federation without overlap.
 
     ``params`` holds the cluster models stacked in the order of ``clusters``.
-    ``overlapping``: clusters may share devices (FAACL's ``merge="overlapping"``, the
-    merge of the authors' code); a device is then served by the first cluster that lists it,
+    ``overlapping``: clusters may share devices (FAACL's ``merge="overlapping"`` and
+    ``merge="absorbing"``, merges of the authors' code); a device is then served by the
+    first cluster that lists it, unless ``served`` names the row serving each device,
     and ``memberships`` gives every (cluster, device) pair.
     """
 
     clusters: tuple[Cluster, ...]
     params: StackedParams
     overlapping: bool = False
+    served: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.overlapping:
@@ -53,8 +55,10 @@ class Clustering:
         return max(self.ids, default=-1) + 1
 
     def model_of_device(self, n_devices: int) -> np.ndarray:
-        """Row of ``params`` serving each device (the cluster whose D holds it; the
-        first such cluster when clusters overlap)."""
+        """Row of ``params`` serving each device (the cluster whose D holds it; when
+        clusters overlap, ``served`` or else the first such cluster)."""
+        if self.served is not None:
+            return np.array(self.served, dtype=np.int64)
         out = np.full(n_devices, -1, dtype=np.int64)
         for i in reversed(range(len(self.clusters))):
             out[sorted(self.clusters[i].devices)] = i

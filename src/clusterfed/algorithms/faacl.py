@@ -69,7 +69,8 @@ def cluster_support(
     to every loss it is tested on: the authors' losses come from Keras' ``evaluate``,
     which reports the regulariser inside each per-sample loss, so C1's own model is
     effectively granted ε + R(C1.θ) − R(C2.θ). ``misclassified="uniform"`` is the
-    authors' "corrected loss": a validation sample a model gets wrong counts with ln K,
+    "corrected loss" of an earlier procedure of the authors' code (``cluster_merge_absorbing``
+    names it): a validation sample a model gets wrong counts with ln K,
     the loss of a uniform guess over the K classes, whatever the model's own loss on it,
     and ε is added only where C1's model is right. A sample both models get wrong then
     ties (dropped by the test), and a confidently wrong model is charged no more than
@@ -221,6 +222,60 @@ def cluster_merge_overlapping(clustering: Clustering) -> Clustering:
     return Clustering(clusters=tuple(out), params=take(clustering.params, rows), overlapping=True)
 
 
+def cluster_merge_absorbing(clustering: Clustering) -> Clustering:
+    """Alg. 3 as an earlier merge of the authors' code runs it (github.com/FAACL/FAACL,
+    ``test-FAACL.py``: the procedure left inside a string literal after ``train``, which
+    the current code does not run): support alone merges. Each C1 that lists supporters
+    (every device of C1 finds their model no worse) absorbs all of them that are not
+    inside it: C' = C1 ∪ ⋃ C2.D keeps C1's model and takes C1's place at the end of the
+    list; the C2 stay as they are. Their devices then help train C1's model (Alg. 4's
+    support, as membership) and a device in several clusters can be served by any of
+    them (FAACL's ``serve``). A C' whose devices a cluster already has is not made (C1
+    is dropped); when two C1 make the same C', the first keeps its model. The support
+    sets are spent: every cluster leaves with none, so each trains on its own devices.
+    """
+    clusters = clustering.clusters
+    by_id = {c.id: c for c in clusters}
+    made: dict[int, frozenset[int]] = {}  # row of C1 -> devices of C'
+    for i, c1 in enumerate(clusters):
+        absorbed = [by_id[s].devices for s in sorted(c1.sup) if s in by_id and not by_id[s].devices <= c1.devices]
+        if absorbed:
+            made[i] = c1.devices.union(*absorbed)
+    kept = [i for i in range(len(clusters)) if i not in made]
+    have = {c.devices for c in clusters}
+    new_rows: list[int] = []
+    for i, devices in made.items():
+        if devices not in have:
+            have.add(devices)
+            new_rows.append(i)
+    if not made and not any(c.sup for c in clusters):
+        return clustering
+    next_id = clustering.next_id()
+    out = [Cluster(clusters[i].id, clusters[i].devices) for i in kept]
+    out += [Cluster(next_id + k, made[i]) for k, i in enumerate(new_rows)]
+    return Clustering(clusters=tuple(out), params=take(clustering.params, kept + new_rows), overlapping=True)
+
+
+def serve_by_validation(engine: Engine, clustering: Clustering) -> Clustering:
+    """Serve each device that several clusters share by the one whose model is most
+    accurate on its validation data (the authors' earlier procedure, which reports
+    each client's test accuracy under its best-validated cluster); ties go to the
+    first. A device in one cluster is served by it."""
+    rows, devices = clustering.memberships()
+    served = replace(clustering, served=None).model_of_device(engine.n_devices)  # the first cluster of each
+    shared = np.unique(devices[np.bincount(devices, minlength=engine.n_devices)[devices] > 1])
+    if len(shared):
+        involved = np.unique(rows[np.isin(devices, shared)])
+        error = engine.mean_losses(take(clustering.params, involved), "val", devices=shared,
+                                   measure="zero_one").cpu().numpy()  # [rows involved, shared devices]
+        member = np.zeros_like(error, dtype=bool)
+        inside = np.isin(devices, shared)
+        member[np.searchsorted(involved, rows[inside]), np.searchsorted(shared, devices[inside])] = True
+        best = np.where(member, error, np.inf).argmin(0)  # the first of equal errors
+        served[shared] = involved[best]
+    return replace(clustering, served=served)
+
+
 def cluster_train(
     engine: Engine, clustering: Clustering, generator: torch.Generator, *, supporter_weight: float = 1.0
 ) -> Clustering:
@@ -357,8 +412,12 @@ class FAACL(ColdStart[FAACLState]):
     that share devices: ``cluster_merge_overlapping``; a shared device is served by its
     first cluster, and each of its clusters trains on it and tests its model on it),
     and ``support_loss="penalized"`` (its per-sample losses come from Keras'
-    ``evaluate``, which adds the model's L2 penalty to each) and ``misclassified_loss="uniform"``
-    (its "corrected loss": a wrongly classified validation sample counts with ln K).
+    ``evaluate``, which adds the model's L2 penalty to each). The same file keeps an
+    earlier procedure inside a string literal (not run by its current code) whose merge
+    test counts a wrongly classified validation sample with ln K (its "corrected loss":
+    ``misclassified_loss="uniform"``), merges on one-way support (``merge="absorbing"``:
+    ``cluster_merge_absorbing``) and serves each device by its best-validated cluster
+    (``serve="validation"``).
     Their loop also tests and merges before it trains; here every round trains first.
     """
 
@@ -397,12 +456,18 @@ class FAACL(ColdStart[FAACLState]):
               "evaluate reports the regulariser inside every loss)", kind=str, choices=("data", "penalized")),
         Param("misclassified_loss", "model", "the loss a wrongly classified validation sample counts with in "
               "Alg. 2's test: model = its cross-entropy (the box); uniform = ln K, a uniform guess's loss, with ε "
-              "added only where C1's model is right (the authors' code: their corrected loss, 2.3 on MNIST)",
+              "added only where C1's model is right (the authors' earlier procedure: its corrected loss, 2.3 "
+              "on MNIST)",
               kind=str, choices=("model", "uniform")),
         Param("merge", "partition", "partition = Alg. 3 with one merge per cluster a round, clusters stay disjoint "
               "and C' keeps a parent's model at random; overlapping = a cluster merges with every mutually "
               "supportive cluster in one round, so clusters can share devices, and C' keeps the first parent's "
-              "model and no supporter (the authors' code)", kind=str, choices=("partition", "overlapping")),
+              "model and no supporter (the authors' code); absorbing = support alone merges: a cluster absorbs "
+              "the devices of every supporter, which stays as it is (an earlier procedure of the authors' code)",
+              kind=str, choices=("partition", "overlapping", "absorbing")),
+        Param("serve", "first", "which cluster serves a device that several clusters share: first = the first "
+              "that lists it; validation = the one whose model is most accurate on its validation data (the "
+              "authors' earlier procedure)", kind=str, choices=("first", "validation")),
     )
     alpha: float
     epsilon: float
@@ -418,6 +483,7 @@ class FAACL(ColdStart[FAACLState]):
     support_loss: str
     misclassified_loss: str
     merge: str
+    serve: str
 
     def expected_rounds(self, n_devices: int) -> int:
         levels = int(np.ceil(np.log2(max(n_devices, 2))))
@@ -443,7 +509,10 @@ class FAACL(ColdStart[FAACLState]):
         return replace(state, before=clustering.partition(), support_before=support_edges(clustering.clusters)), plan
 
     def aggregate(self, engine, state, plan, trained, ctx):
-        return replace(state, clustering=state.clustering.with_params(trained))
+        clustering = state.clustering.with_params(trained)
+        if self.serve == "validation" and clustering.overlapping:
+            clustering = serve_by_validation(engine, clustering)
+        return replace(state, clustering=clustering)
 
     def clustering(self, state: FAACLState) -> Clustering:
         return state.clustering
@@ -461,6 +530,8 @@ class FAACL(ColdStart[FAACLState]):
         )
         if self.merge == "overlapping":
             clustering = cluster_merge_overlapping(clustering)
+        elif self.merge == "absorbing":
+            clustering = cluster_merge_absorbing(clustering)
         else:
             clustering = cluster_merge(clustering, ctx.rng, inherit=not accumulated)
         state = replace(state, clustering=clustering, rounds_in_phase=n)
