@@ -309,6 +309,9 @@ def test_random_pairs_follow_no_device_order_and_the_authors_fold_does():
     assert pair_partitions(np.arange(6), "authors", rng).tolist() == [0, 1, 2, 2, 1, 0]
     assert pair_partitions(np.array([0, 1, 2, 2, 1, 0]), "authors", rng).tolist() == [0, 1, 0, 0, 1, 0]
     assert pair_partitions(np.arange(5), "authors", rng).tolist() == [0, 1, 2, 1, 0]
+    # the authors' earlier procedure: 2i with 2i+1, in device order
+    assert pair_partitions(np.arange(5), "adjacent", rng).tolist() == [0, 0, 1, 1, 2]
+    assert pair_partitions(np.array([0, 0, 1, 1, 2]), "adjacent", rng).tolist() == [0, 0, 0, 0, 1]
 
 
 @pytest.mark.parametrize("scenario", ["S1", "S2"])

@@ -347,7 +347,9 @@ def pair_partitions(partition_of_device: np.ndarray, order: str, rng: np.random.
     sampled non-repeatedly from 𝒫"), so which devices first meet follows no device
     order, in particular not the ground-truth groups. ``order="authors"``: partition k
     is merged with partition P−1−k in device order (the authors' code, whose devices
-    alternate between groups). With an odd P one partition waits a level alone.
+    alternate between groups). ``order="adjacent"``: partition 2i with 2i+1 in device
+    order (the authors' earlier procedure, ``cluster_merge_absorbing``). With an odd P
+    one partition waits a level alone.
     """
     labels, inverse = np.unique(partition_of_device, return_inverse=True)
     k = len(labels)
@@ -356,8 +358,10 @@ def pair_partitions(partition_of_device: np.ndarray, order: str, rng: np.random.
         new[rng.permutation(k)] = np.arange(k) // 2
     elif order == "authors":
         new = np.minimum(np.arange(k), k - 1 - np.arange(k))
+    elif order == "adjacent":
+        new = np.arange(k) // 2
     else:
-        raise ValueError(f"partition_order: unknown order {order!r}; expected 'random' or 'authors'")
+        raise ValueError(f"partition_order: unknown order {order!r}; expected 'random', 'authors' or 'adjacent'")
     return new[inverse]
 
 
@@ -435,8 +439,8 @@ class FAACL(ColdStart[FAACLState]):
               "a round merges nothing (1: Theorem 6's one iteration per level; the authors' code: 3)",
               kind=int, gt=0),
         Param("partition_order", "random", "how H-FAACL pairs partitions: at random under the seed (Alg. 6) or "
-              "partition k with partition len-1-k in device order (authors: the authors' code)", kind=str,
-              choices=("random", "authors")),
+              "partition k with partition len-1-k in device order (authors: the authors' code) or 2i with 2i+1 "
+              "(adjacent: the authors' earlier procedure)", kind=str, choices=("random", "authors", "adjacent")),
         Param("supporter_weight", 1.0, "scale of a supporter device's training-set size in Alg. 4's average (1: the box)",
               ge=0.0, le=1.0),
         Param("stable", "partition", "when Alg. 5's loop (and an H-FAACL level) stops: partition = after a round that "
