@@ -227,8 +227,8 @@ def cluster_merge_absorbing(clustering: Clustering) -> Clustering:
     ``test-FAACL.py``: the procedure left inside a string literal after ``train``, which
     the current code does not run): support alone merges. Each C1 that lists supporters
     (every device of C1 finds their model no worse) absorbs all of them that are not
-    inside it: C' = C1 ∪ ⋃ C2.D keeps C1's model and takes C1's place at the end of the
-    list; the C2 stay as they are. Their devices then help train C1's model (Alg. 4's
+    inside it: C' = C1 ∪ ⋃ C2.D keeps C1's model and replaces C1 (appended at the end
+    of the list); the C2 stay as they are. Their devices then help train C1's model (Alg. 4's
     support, as membership) and a device in several clusters can be served by any of
     them (FAACL's ``serve``). A C' whose devices a cluster already has is not made (C1
     is dropped); when two C1 make the same C', the first keeps its model. The support
