@@ -15,6 +15,7 @@ from clusterfed.algorithms import (
     cluster_support,
     cluster_train,
 )
+from clusterfed.algorithms.base import model_bytes
 from clusterfed.engine import Engine, TrainingConfig
 from clusterfed.engine.stacked import take
 from clusterfed.scenarios import build_scenario
@@ -361,6 +362,26 @@ def test_fixed_levels_run_exactly_rounds_per_level_rounds_the_last_included(digi
         assert adjusted_rand_score(fed.groups, result.model_of_device) == 1.0
     with pytest.raises(ValueError, match="FAACL.support_sets"):
         FAACL(support_sets="sticky")
+
+
+def test_train_rounds_per_test_trains_between_merge_steps_and_counts_only_tests(digits, monkeypatch):
+    """``train_rounds_per_test=3`` (the authors' earlier procedure trains 10 rounds
+    between merge steps): the 8 support tests of four fixed levels of 2 come after
+    every third clustering round, so the phase has 24 rounds, and only the testing
+    rounds carry Alg. 2's traffic (every cluster model to every device)."""
+    fed = build_scenario(digits, "S2", group_sizes=[6, 6], seed=10)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    after = _record_merges(monkeypatch)
+    method = FAACL(alpha=0.1, epsilon=0.5, init_epochs=40, rounds=1, variant="hierarchical", rounds_per_level=2,
+                   level_end="fixed", support_sets="accumulated", train_rounds_per_test=3)
+    result = method.fit(engine, seed=10)
+    clustering = [r for r in result.history if r["phase"] == "clustering"]
+    assert len(after) == 8 and len(clustering) == 24 == method.expected_rounds(12) - 1
+    size = model_bytes(result.params)  # Alg. 4 uploads whole models; Alg. 2 adds 8 bytes a cluster and device
+    assert [row["bytes_up"] % size != 0 for row in clustering] == [i % 3 == 2 for i in range(24)]
+    assert adjusted_rand_score(fed.groups, result.model_of_device) == 1.0
+    with pytest.raises(ValueError, match="FAACL.train_rounds_per_test"):
+        FAACL(train_rounds_per_test=0)
 
 
 def test_overlapping_merge_takes_k_minus_1_rounds_to_unite_k_mutual_clusters(digits, monkeypatch):

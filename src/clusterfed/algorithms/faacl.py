@@ -376,6 +376,7 @@ class FAACLState:
     before: frozenset[frozenset[int]] = frozenset()
     partition_of_device: np.ndarray | None = None
     support_before: frozenset[tuple[int, int]] = frozenset()
+    untested_rounds: int = 0
 
 
 @register
@@ -421,7 +422,8 @@ class FAACL(ColdStart[FAACLState]):
     test counts a wrongly classified validation sample with ln K (its "corrected loss":
     ``misclassified_loss="uniform"``), merges on one-way support (``merge="absorbing"``:
     ``cluster_merge_absorbing``) and serves each device by its best-validated cluster
-    (``serve="validation"``).
+    (``serve="validation"``), and trains every cluster 10 rounds between two merge steps
+    (``train_rounds_per_test=10``).
     Their loop also tests and merges before it trains; here every round trains first.
     """
 
@@ -472,6 +474,9 @@ class FAACL(ColdStart[FAACLState]):
         Param("serve", "first", "which cluster serves a device that several clusters share: first = the first "
               "that lists it; validation = the one whose model is most accurate on its validation data (the "
               "authors' earlier procedure)", kind=str, choices=("first", "validation")),
+        Param("train_rounds_per_test", 1, "clustering-phase training rounds per support test and merge: 1 = Alg. "
+              "5 tests after every round; the authors' earlier procedure trains 10 rounds between merge steps. "
+              "Only the rounds that test count towards rounds_per_level and max_rounds", kind=int, gt=0),
     )
     alpha: float
     epsilon: float
@@ -488,10 +493,12 @@ class FAACL(ColdStart[FAACLState]):
     misclassified_loss: str
     merge: str
     serve: str
+    train_rounds_per_test: int
 
     def expected_rounds(self, n_devices: int) -> int:
         levels = int(np.ceil(np.log2(max(n_devices, 2))))
-        return self.rounds + (self.max_rounds if self.variant == "flat" else (levels - 1) * self.rounds_per_level + 2)
+        tests = self.max_rounds if self.variant == "flat" else (levels - 1) * self.rounds_per_level + 2
+        return self.rounds + tests * self.train_rounds_per_test
 
     def init(self, engine: Engine, ctx: Context) -> FAACLState:
         clustering = cluster_initialization(engine, ctx.generator, init_epochs=self.init_epochs)
@@ -506,7 +513,7 @@ class FAACL(ColdStart[FAACLState]):
     def configure_round(self, engine, state, participants, ctx):
         clustering = state.clustering
         models, devices = clustering.training_pairs()
-        clustering_round = state.phase == "clustering"
+        clustering_round = state.phase == "clustering" and self._tests_after(state)
         traffic = round_traffic(clustering, engine.n_devices, with_support=clustering_round)
         weight = supporter_pair_weight(clustering, models, devices, self.supporter_weight)
         plan = RoundPlan(clustering.params, models, devices, phase=state.phase, pair_weight=weight, **traffic)
@@ -526,6 +533,9 @@ class FAACL(ColdStart[FAACLState]):
         n = state.rounds_in_phase + 1
         if state.phase == "training":
             return replace(state, rounds_in_phase=n, phase="done" if n >= self.rounds else "training")
+        if not self._tests_after(state):
+            return replace(state, untested_rounds=state.untested_rounds + 1)
+        state = replace(state, untested_rounds=0)
         accumulated = self.support_sets == "accumulated"
         clustering = cluster_support(
             engine, state.clustering, alpha=self.alpha, epsilon=self.epsilon,
@@ -556,6 +566,10 @@ class FAACL(ColdStart[FAACLState]):
             return state
         partition = pair_partitions(state.partition_of_device, self.partition_order, ctx.rng)
         return replace(state, rounds_in_phase=0, partition_of_device=partition)
+
+    def _tests_after(self, state: FAACLState) -> bool:
+        """Whether this clustering round ends with Alg. 2's test and Alg. 3's merge."""
+        return state.untested_rounds + 1 >= self.train_rounds_per_test
 
     def _training(self, state: FAACLState) -> FAACLState:
         return replace(state, phase="training" if self.rounds > 0 else "done", rounds_in_phase=0)
