@@ -277,6 +277,7 @@ def run(args) -> None:
                     "one_way_edges": sum((b, a) not in edges for a, b in edges),
                     "history_support_edges": [h.get("support_edges", 0) for h in hist],
                     "history_one_way_edges": [h.get("one_way_edges", 0) for h in hist],
+                    "history_helping_memberships": [h.get("helping_memberships", 0) for h in hist],
                     "accuracy_mean": float(acc.mean()),
                     "accuracy_device": [round(float(a), 4) for a in acc],
                     "n_clusters": int(res.n_clusters),
@@ -453,6 +454,9 @@ def summarize(args) -> None:
             most = "/".join(str(max(r["history_one_way_edges"], default=0)) for r in got)
             print(f"| {sc} | {LABEL.get(a, a)} | {g[0]:.2f} | {g[1]:.2f} | {k} | {edges} | {most} |")
 
+    if args.support_png:
+        write_support_graphs(by, Path(args.support_png), scen, args.algorithms)
+
     missing = [
         f"{s}/{a}/seed {sd}"
         for s in scen
@@ -463,6 +467,28 @@ def summarize(args) -> None:
     print(f"\nruns present: {sum(len(v) for v in by.values())}; missing: {len(missing)}")
     if missing:
         print("missing runs: " + ", ".join(missing))
+
+
+def write_support_graphs(by: dict, folder: Path, scenarios: list[str], algorithms: list[str]) -> None:
+    """``<scenario>_<algorithm>.png`` in ``folder``: the final support graph of each seed
+    (the evaluate stage's picture), for runs with supporters or shared devices."""
+    from clusterfed.evaluation.plots import plot_support_graph
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for sc in scenarios:
+        for a in algorithms:
+            got = sorted(by.get((a, sc), []), key=lambda r: r["seed"])
+            if not any(max(r.get("history_support_edges") or [0]) or max(r.get("history_helping_memberships") or [0])
+                       or len(r["clusters"]) > len(set(r["model_of_device"])) for r in got):
+                continue
+            panels = {f"seed {r['seed']}": {
+                "clusters": [{"id": c["id"], "model_index": i, "devices": c["devices"], "supportive_clusters": c["sup"]}
+                             for i, c in enumerate(r["clusters"])],
+                "model_of_device": r["model_of_device"], "ground_truth_groups": r["groups"]} for r in got}
+            path = folder / f"{sc}_{a}.png"
+            plot_support_graph(panels, path, title=f"{LABEL.get(a, a)}: final support graph, MNIST {sc} "
+                               f"({got[0]['construction']} construction, {got[0]['epochs']} rounds)")
+            print(f"wrote {path}")
 
 
 def main() -> None:
@@ -504,6 +530,8 @@ def main() -> None:
     ap.add_argument("--summarize", action="store_true", help="print the comparison table and exit")
     ap.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                     help="hyperparameters of every --algorithms method (use another --out: rows are not keyed by them)")
+    ap.add_argument("--support-png", default=None, metavar="DIR",
+                    help="with --summarize: write each run's final support graph (seeds side by side) to DIR")
     ap.add_argument("--weighted", action="store_true",
                     help="summarize accuracy over all test samples (device accuracies weighted by test size)")
     args = ap.parse_args()

@@ -232,10 +232,11 @@ def test_support_graph_and_edges_per_round_for_algorithms_with_supporters(run):
     assert any(r["support_edges"] for r in history)  # FAACL's clustering rounds test support
     lines = (root / "plots" / "support" / "edges.csv").read_text().splitlines()
     rows = [line for line in lines if line.startswith("faacl,")]
-    assert lines[0] == "algorithm,round,support_edges,one_way_edges" and len(rows) == len(history)
+    assert lines[0] == "algorithm,round,support_edges,one_way_edges,helping_memberships" and len(rows) == len(history)
     for line, r in zip(rows, history):
-        assert line == f"faacl,{r['round']},{float(r['support_edges'])},{float(r['one_way_edges'])}"
-        assert r["one_way_edges"] <= r["support_edges"]
+        assert line == (f"faacl,{r['round']},{float(r['support_edges'])},{float(r['one_way_edges'])},"
+                        f"{float(r['helping_memberships'])}")
+        assert r["one_way_edges"] <= r["support_edges"] and r["helping_memberships"] == 0  # default merge: a partition
     assert (root / "plots" / "support" / "faacl.png").stat().st_size > 0
     # FedAvg and the oracle never have supportive clusters: no picture for them
     assert not (root / "plots" / "support" / "fedavg.png").exists()

@@ -4,7 +4,7 @@ Each module registers its method (``@register``); :mod:`clusterfed.registry` lis
 them by name. Importing this package registers the built-in ones.
 """
 
-from clusterfed.algorithms.clustering import Cluster, Clustering, ColdStartResult
+from clusterfed.algorithms.clustering import Cluster, Clustering, ColdStartResult, helping_memberships
 from clusterfed.algorithms.protocol import ColdStart, Context, RoundPlan, run_coldstart
 from clusterfed.algorithms.faacl import (
     FAACL,
@@ -64,6 +64,7 @@ __all__ = [
     "cluster_merge_overlapping",
     "cluster_support",
     "cluster_train",
+    "helping_memberships",
     "run_coldstart",
     "settle_clusters",
 ]

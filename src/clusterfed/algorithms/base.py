@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from clusterfed.algorithms.clustering import Cluster, Clustering, ColdStartResult
+from clusterfed.algorithms.clustering import Cluster, Clustering, ColdStartResult, helping_memberships
 from clusterfed.engine import Engine, StackedParams, Tally
 from clusterfed.progress import progress as progress_bar
 
@@ -56,8 +56,9 @@ class History:
         self, phase: str, clustering: Clustering, *, bytes_down: int, bytes_up: int,
         rejected_devices: Iterable[int] = (),
     ) -> None:
-        """One round: its accuracy, clusters, support edges, traffic and the devices
-        whose uploads the engine rejected in it (one entry per rejected upload)."""
+        """One round: its accuracy, clusters, support edges, devices training a model
+        that does not serve them, traffic and the devices whose uploads the engine
+        rejected in it (one entry per rejected upload)."""
         model_of_device = clustering.model_of_device(self.engine.n_devices)
         acc = self.engine.accuracy(clustering.params, model_of_device)
         edges = support_edges(clustering.clusters)
@@ -69,6 +70,7 @@ class History:
                 "n_clusters": len(clustering.clusters),
                 "support_edges": len(edges),
                 "one_way_edges": sum((b, a) not in edges for a, b in edges),
+                "helping_memberships": len(helping_memberships([c.devices for c in clustering.clusters], model_of_device)),
                 "bytes_down": int(bytes_down),
                 "bytes_up": int(bytes_up),
                 "rejected_devices": [int(d) for d in rejected_devices],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -17,6 +18,19 @@ class Cluster:
     id: int
     devices: frozenset[int]
     sup: frozenset[int] = frozenset()
+
+
+def helping_memberships(devices_of_row: Sequence[Iterable[int]], model_of_device: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(device, serving row, helped row) for every device that a cluster lists without
+    serving it: its data trains that cluster's model, which it does not use (thesis
+    §3.3.4; the overlap that FAACL's ``merge="absorbing"`` leaves). Empty for a
+    partition, where every listed device is served by its one cluster."""
+    return [
+        (d, int(model_of_device[d]), row)
+        for row, devices in enumerate(devices_of_row)
+        for d in sorted(devices)
+        if model_of_device[d] != row
+    ]
 
 
 @dataclass(frozen=True)

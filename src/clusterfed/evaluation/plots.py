@@ -3,6 +3,7 @@ and each device's cluster over time."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import matplotlib
@@ -14,7 +15,10 @@ from matplotlib.colors import ListedColormap  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from clusterfed.algorithms.clustering import helping_memberships  # noqa: E402
+
 _LINESTYLES = ("-", "--", "-.", ":")
+_HELPING, _BEND = "darkviolet", -0.25  # support graph: colour and arc of a shared-devices arrow
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
@@ -90,11 +94,14 @@ def plot_support_graph(panels: dict[str, dict], path: Path, *, title: str) -> No
     """The asymmetric support graph (thesis §3.2.2): one node per cluster, its area
     proportional to its devices and its colour the ground-truth group most of them
     belong to; an arrow from a supporter to the cluster it supports, solid when the
-    support is one-way, dashed grey when mutual.
+    support is one-way, dashed grey when mutual. Where clusters share devices
+    (FAACL's ``merge="absorbing"``), a violet arrow goes from the cluster serving some
+    devices to another cluster that lists them, labelled with how many: their data
+    trains a model they do not use (``helping_memberships``).
 
     ``panels`` maps a panel title (e.g. a seed) to a ``clustering.json`` dict
-    (``clusters`` with ``id``, ``devices``, ``supportive_clusters``; optional
-    ``ground_truth_groups``).
+    (``clusters`` with ``id``, ``model_index``, ``devices``, ``supportive_clusters``;
+    ``model_of_device``; optional ``ground_truth_groups``).
     """
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.4), squeeze=False)
     cmap = plt.get_cmap("tab10")
@@ -120,6 +127,20 @@ def plot_support_graph(panels: dict[str, dict], path: Path, *, title: str) -> No
                         connectionstyle="arc3,rad=0.12",
                     ),
                 )
+        helping = helping_memberships([c["devices"] for c in clusters], clustering["model_of_device"])
+        at_row = {c.get("model_index", i): pos[c["id"]] for i, c in enumerate(clusters)}
+        arrows = Counter((serving, helped) for _, serving, helped in helping)
+        for (serving, helped), count in arrows.items():
+            if serving not in at_row:
+                continue
+            (x0, y0), (x1, y1) = at_row[serving], at_row[helped]
+            ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(
+                arrowstyle="-|>", lw=1.0 + 0.4 * min(count, 5), shrinkA=12, shrinkB=12, color=_HELPING,
+                connectionstyle=f"arc3,rad={_BEND}"))
+            # the label sits on the arc (a quadratic Bézier's midpoint), so two opposite arrows keep theirs apart
+            ax.text((x0 + x1) / 2 + _BEND * (y1 - y0) / 2, (y0 + y1) / 2 - _BEND * (x1 - x0) / 2, str(count),
+                    color=_HELPING, fontsize=7, ha="center", va="center", zorder=5,
+                    bbox=dict(boxstyle="round,pad=0.1", fc="w", ec="none"))
         for c in clusters:
             devices = c["devices"]
             colour = "0.7"
@@ -128,13 +149,15 @@ def plot_support_graph(panels: dict[str, dict], path: Path, *, title: str) -> No
             x, y = pos[c["id"]]
             ax.scatter([x], [y], s=60 + 40 * len(devices), color=colour, edgecolor="k", zorder=3, alpha=0.9)
             ax.text(x, y, str(len(devices)), ha="center", va="center", fontsize=7, zorder=4)
-        ax.set_title(f"{name}: {n} clusters, {one_way} one-way edges", fontsize=9)
+        shared = f", {len(helping)} helping membership{'s' * (len(helping) != 1)}" if helping else ""
+        ax.set_title(f"{name}: {n} clusters\n{one_way} one-way edges{shared}", fontsize=9)
         ax.set_xlim(-1.5, 1.5)
         ax.set_ylim(-1.5, 1.5)
         ax.set_aspect("equal")
         ax.axis("off")
     fig.suptitle(title + "\nnode: cluster (area, number = devices; colour = main ground-truth group)"
-                 "\narrow: supporter → supported (red one-way, grey dashed mutual)", fontsize=8)
+                 "\narrow: supporter → supported (red one-way, grey dashed mutual); violet: serving cluster → "
+                 "a cluster its devices also train (count)", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -99,15 +99,17 @@ def evaluate(params: Params, layout: RunLayout) -> dict:
 
 
 def _support_plots(params: Params, layout: RunLayout, plots: PlotFiles) -> None:
-    """For every algorithm whose clusters had supporters in some round: the final
-    support graph per seed (``<algorithm>.png``) and the support / one-way edges per
-    round, mean over seeds (``edges.csv``, one row per algorithm and round)."""
+    """For every algorithm whose clusters had supporters, or shared devices, in some
+    round: the final support graph per seed (``<algorithm>.png``) and the support edges,
+    one-way edges and helping memberships (a device in a cluster that does not serve
+    it) per round, mean over seeds (``edges.csv``, one row per algorithm and round)."""
     plots.support.mkdir()
-    table = [["algorithm", "round", "support_edges", "one_way_edges"]]
+    columns = ("support_edges", "one_way_edges", "helping_memberships")
+    table = [["algorithm", "round", *columns]]
     for name in params.coldstart.algorithms:
         runs = {seed: layout.coldstart_run(name, seed) for seed in params.seeds}
         histories = {s: read_json(f.history) for s, f in runs.items()}
-        if not any(r.get("support_edges", 0) for h in histories.values() for r in h):
+        if not any(r.get(k, 0) for h in histories.values() for r in h for k in ("support_edges", "helping_memberships")):
             continue
         panels = {f"seed {s}": read_json(f.clustering) for s, f in runs.items()}
         plot_support_graph(
@@ -118,8 +120,7 @@ def _support_plots(params: Params, layout: RunLayout, plots: PlotFiles) -> None:
         length = min(len(h) for h in histories.values())
         for r in range(length):
             rows = [h[r] for h in histories.values()]
-            table.append([name, r + 1, *(round(float(np.mean([x.get(k, 0) for x in rows])), 3)
-                                         for k in ("support_edges", "one_way_edges"))])
+            table.append([name, r + 1, *(round(float(np.mean([x.get(k, 0) for x in rows])), 3) for k in columns)])
     with open(plots.support_edges_csv, "w", newline="") as f:  # header only when no algorithm had supporters
         csv.writer(f).writerows(table)
 
