@@ -472,14 +472,18 @@ def summarize(args) -> None:
 def write_support_graphs(by: dict, folder: Path, scenarios: list[str], algorithms: list[str]) -> None:
     """``<scenario>_<algorithm>.png`` in ``folder``: the final support graph of each seed
     (the evaluate stage's picture), for runs with supporters or shared devices."""
+    from clusterfed.algorithms import helping_memberships
     from clusterfed.evaluation.plots import plot_support_graph
+
+    def shares(r: dict) -> bool:
+        return bool(max(r.get("history_support_edges") or [0]) or max(r.get("history_helping_memberships") or [0])
+                    or helping_memberships([c["devices"] for c in r["clusters"]], r["model_of_device"]))
 
     folder.mkdir(parents=True, exist_ok=True)
     for sc in scenarios:
         for a in algorithms:
             got = sorted(by.get((a, sc), []), key=lambda r: r["seed"])
-            if not any(max(r.get("history_support_edges") or [0]) or max(r.get("history_helping_memberships") or [0])
-                       or len(r["clusters"]) > len(set(r["model_of_device"])) for r in got):
+            if not any(shares(r) for r in got):
                 continue
             panels = {f"seed {r['seed']}": {
                 "clusters": [{"id": c["id"], "model_index": i, "devices": c["devices"], "supportive_clusters": c["sup"]}
