@@ -647,34 +647,6 @@ def test_faacl_absorbing_merge_recovers_the_two_s2_groups_on_digits(digits):
     assert [r["helping_memberships"] for r in result.history] == [0, 0, 1] + [0] * 7
 
 
-def test_helping_memberships_lists_each_device_a_cluster_lists_without_serving_it():
-    """Rows 0 {0, 1, 2} and 1 {2, 3}, device 2 served by row 1: it helps row 0."""
-    from clusterfed.algorithms import helping_memberships
-
-    assert helping_memberships([{0, 1, 2}, {2, 3}], [0, 0, 1, 1]) == [(2, 1, 0)]
-    assert helping_memberships([{0, 1, 2}, {2, 3}, {3}], [0, 0, 0, 2]) == [(2, 0, 1), (3, 2, 1)]
-    assert helping_memberships([{0, 1}, {2}], [0, 0, 1]) == []  # a partition: nobody helps
-
-
-def test_support_graph_draws_shared_devices(tmp_path, monkeypatch):
-    """The evaluate stage's picture of an overlapping clustering: the shared device is
-    counted in the panel's title and labels one arrow."""
-    import clusterfed.evaluation.plots as plots
-
-    closed = []
-    monkeypatch.setattr(plots.plt, "close", closed.append)
-    clustering = {"clusters": [{"id": 7, "model_index": 0, "devices": [0, 1, 2], "supportive_clusters": []},
-                               {"id": 9, "model_index": 1, "devices": [2, 3], "supportive_clusters": []}],
-                  "model_of_device": [0, 0, 1, 1], "ground_truth_groups": [0, 0, 1, 1]}
-    path = tmp_path / "faacl.png"
-    plots.plot_support_graph({"seed 10": clustering}, path, title="absorbing")
-    assert path.stat().st_size > 0
-    ax = closed[0].axes[0]
-    assert ax.get_title() == "seed 10: 2 clusters\n0 one-way edges, 1 helping membership"
-    labels = sorted(t.get_text() for t in ax.texts if t.get_text())  # arrows are texts without one
-    assert labels == ["1", "2", "3"]  # the violet arrow's count, then each node's size
-
-
 def test_a_served_clustering_survives_a_snapshot():
     """The rows a validation-served clustering picked are in its snapshot."""
     from clusterfed.snapshot import decode, encode
