@@ -70,7 +70,8 @@ class History:
                 "n_clusters": len(clustering.clusters),
                 "support_edges": len(edges),
                 "one_way_edges": sum((b, a) not in edges for a, b in edges),
-                "helping_memberships": len(helping_memberships([c.devices for c in clustering.clusters], model_of_device)),
+                "helping_memberships": len(helping_memberships(
+                    [c.devices for c in clustering.clusters], model_of_device)),
                 "bytes_down": int(bytes_down),
                 "bytes_up": int(bytes_up),
                 "rejected_devices": [int(d) for d in rejected_devices],

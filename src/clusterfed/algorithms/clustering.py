@@ -20,7 +20,9 @@ class Cluster:
     sup: frozenset[int] = frozenset()
 
 
-def helping_memberships(devices_of_row: Sequence[Iterable[int]], model_of_device: Sequence[int]) -> list[tuple[int, int, int]]:
+def helping_memberships(
+    devices_of_row: Sequence[Iterable[int]], model_of_device: Sequence[int]
+) -> list[tuple[int, int, int]]:
     """(device, serving row, helped row) for every device that a cluster lists without
     serving it: its data trains that cluster's model, which it does not use (thesis
     §3.3.4; the overlap that FAACL's ``merge="absorbing"`` leaves). Empty for a

@@ -109,7 +109,7 @@ def _support_plots(params: Params, layout: RunLayout, plots: PlotFiles) -> None:
     for name in params.coldstart.algorithms:
         runs = {seed: layout.coldstart_run(name, seed) for seed in params.seeds}
         histories = {s: read_json(f.history) for s, f in runs.items()}
-        if not any(r.get(k, 0) for h in histories.values() for r in h for k in ("support_edges", "helping_memberships")):
+        if not any(r.get("support_edges", 0) or r.get("helping_memberships", 0) for h in histories.values() for r in h):
             continue
         panels = {f"seed {s}": read_json(f.clustering) for s, f in runs.items()}
         plot_support_graph(
