@@ -165,6 +165,36 @@ def test_penalty_per_model_equals_the_per_pair_reference(setup, model_of_pair):
         assert torch.equal(batched[k], via_engine[k])
 
 
+
+def test_a_pull_moves_only_the_pairs_still_training(setup):
+    """Model 0's block holds two large devices and a small one, model 1's block two
+    small ones: once the small devices are done, a step trains the first two pairs,
+    and the pull, cut to them, leaves model 0's third pair and model 1's block alone.
+    Same floats as one row a pair, and the reference's models."""
+    engine, _, _ = setup
+    counts = engine.counts("train")
+    devices = torch.tensor([0, 1, 3, 4, 5])
+    models = torch.tensor([0, 0, 0, 1, 1])
+    assert counts[[0, 1]].min() > 2 * BATCH >= counts[[3, 4, 5]].max()  # the small ones finish first
+    assert [b.rows for b in minibatches(engine.data.train.counts[devices], BATCH)][-1] == 2
+    params = engine.init_params(2, torch.Generator().manual_seed(0), distinct=True)
+    centre = engine.init_params(2, torch.Generator().manual_seed(5), distinct=True)
+    a = torch.tensor([0.3, 0.6])
+    weight = {k: a.view(-1, *[1] * (v.dim() - 1)).expand_as(v).clone() for k, v in centre.items()}
+    per_model = QuadraticPenalty(weight=weight, center=centre)
+    per_pair = QuadraticPenalty(weight=take(weight, models), center=take(centre, models))
+    start = take(params, models)
+    kwargs = dict(epochs=EPOCHS, lr=LR, l2=L2, batch_size=BATCH)
+    batched = local_sgd(engine.model, start, engine.data.train, devices, generator=torch.Generator().manual_seed(7),
+                        penalty=per_model, model_of_pair=models, **kwargs)
+    copied = local_sgd(engine.model, start, engine.data.train, devices, generator=torch.Generator().manual_seed(7),
+                       penalty=per_pair, **kwargs)
+    ref = reference(engine.model, start, engine.data.train, devices, penalty=per_pair,
+                    generator=torch.Generator().manual_seed(7))
+    for k in batched:
+        assert torch.equal(batched[k], copied[k])
+        torch.testing.assert_close(batched[k], ref[k], rtol=1e-4, atol=1e-5)
+
 def test_autograd_steps_train_pairs_in_chunks_within_the_activation_budget(digits, monkeypatch):
     """The CNN's autograd step takes every pair at once while their activations fit
     ``AUTOGRAD_BUDGET_BYTES`` and one pair a chunk under a budget of one byte, with the
