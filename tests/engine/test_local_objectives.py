@@ -247,10 +247,8 @@ def test_one_pair_per_model_with_a_scalar_weight_per_row_equals_the_reference(se
     engine, start, _ = setup
     devices = torch.arange(5, -1, -1)
     assert pair_order(torch.arange(6), engine.data.train.counts[devices]) is not None
-    centre = take(engine.init_params(2, torch.Generator().manual_seed(5), distinct=True), [0, 1, 0, 1, 0, 1])
-    a = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
-    scalar = QuadraticPenalty({k: a.view(-1, *[1] * (v.dim() - 1)) for k, v in start.items()}, centre)
-    full = QuadraticPenalty({k: w.expand_as(start[k]).clone() for k, w in scalar.weight.items()}, centre)
+    scalar = _own_centres(engine, start)
+    full = QuadraticPenalty({k: w.expand_as(start[k]).clone() for k, w in scalar.weight.items()}, scalar.center)
     kwargs = dict(epochs=EPOCHS, lr=LR, l2=L2, batch_size=BATCH)
     batched = local_sgd(engine.model, start, engine.data.train, devices, generator=torch.Generator().manual_seed(7),
                         penalty=scalar, model_of_pair=torch.arange(6), **kwargs)
@@ -263,15 +261,60 @@ def test_one_pair_per_model_with_a_scalar_weight_per_row_equals_the_reference(se
         torch.testing.assert_close(batched[k], ref[k], rtol=1e-4, atol=1e-5)
 
 
-def test_mlp_step_in_chunks_equals_one_chunk(setup, monkeypatch):
+def _own_centres(engine, start) -> QuadraticPenalty:
+    """FedSoft's shape: pair p pulled by its own scalar a_p to its own centre."""
+    centre = take(engine.init_params(2, torch.Generator().manual_seed(5), distinct=True), [0, 1, 0, 1, 0, 1])
+    a = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    return QuadraticPenalty({k: a.view(-1, *[1] * (v.dim() - 1)) for k, v in start.items()}, centre)
+
+
+@pytest.mark.parametrize("pulled", [False, True])
+def test_mlp_step_in_chunks_equals_one_chunk(setup, monkeypatch, pulled):
+    """One model per chunk of the step: with a pull, each chunk's models go to their
+    own rows of the centres (a wrong row offset would pull them elsewhere)."""
     engine, start, devices = setup
-    kwargs = dict(epochs=EPOCHS, lr=LR, l2=L2, batch_size=BATCH, generator=torch.Generator().manual_seed(7))
-    whole = local_sgd(engine.model, start, engine.data.train, devices, **kwargs)
+    penalty = _own_centres(engine, start) if pulled else None
+    kwargs = dict(epochs=EPOCHS, lr=LR, l2=L2, batch_size=BATCH, penalty=penalty,
+                  model_of_pair=torch.arange(6) if pulled else None)
+    whole = local_sgd(engine.model, start, engine.data.train, devices, generator=torch.Generator().manual_seed(7),
+                      **kwargs)
     monkeypatch.setattr(models_module, "ACTIVATION_BUDGET", 1)  # one model per chunk
-    kwargs["generator"] = torch.Generator().manual_seed(7)
-    chunked = local_sgd(engine.model, start, engine.data.train, devices, **kwargs)
+    chunked = local_sgd(engine.model, start, engine.data.train, devices, generator=torch.Generator().manual_seed(7),
+                        **kwargs)
     for k in whole:
         torch.testing.assert_close(chunked[k], whole[k], rtol=1e-6, atol=1e-7)
+    if pulled:
+        ref = reference(engine.model, start, engine.data.train, devices, penalty=penalty,
+                        generator=torch.Generator().manual_seed(7))
+        for k in whole:
+            torch.testing.assert_close(chunked[k], ref[k], rtol=1e-4, atol=1e-5)
+
+
+def test_autograd_step_with_a_pull_equals_the_reference(digits):
+    """The CNN (autograd step) pulled to per-pair centres: the reference's models."""
+    fed = build_scenario(digits, "A2", group_sizes=[3, 3], seed=3)
+    engine = Engine(fed, model="cnn", hidden=32, training=TrainingConfig(lr=LR, l2=L2, batch_size=BATCH), device="cpu")
+    start = take(engine.init_params(2, torch.Generator().manual_seed(0), distinct=True), [0, 1, 0, 1, 0, 1])
+    penalty = _own_centres(engine, start)
+    devices = torch.arange(6)
+    batched = local_sgd(engine.model, start, engine.data.train, devices, epochs=EPOCHS, lr=LR, l2=L2,
+                        batch_size=BATCH, generator=torch.Generator().manual_seed(7), penalty=penalty,
+                        model_of_pair=torch.arange(6))
+    ref = reference(engine.model, start, engine.data.train, devices, penalty=penalty,
+                    generator=torch.Generator().manual_seed(7))
+    plain = local_sgd(engine.model, start, engine.data.train, devices, epochs=EPOCHS, lr=LR, l2=L2,
+                      batch_size=BATCH, generator=torch.Generator().manual_seed(7))
+    for k in batched:
+        torch.testing.assert_close(batched[k], ref[k], rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(batched["output.weight"], plain["output.weight"])
+
+
+def test_a_penalty_with_a_local_objective_is_refused(setup):
+    engine, start, devices = setup
+    with pytest.raises(ValueError, match="PerFedAvgStep"):
+        local_sgd(engine.model, start, engine.data.train, devices, epochs=EPOCHS, lr=LR, l2=L2, batch_size=BATCH,
+                  generator=torch.Generator().manual_seed(7), penalty=_own_centres(engine, start),
+                  objective=PerFedAvgStep(alpha=0.02))
 
 
 @pytest.mark.parametrize("kind", ["plain", "proximal", "pfedme"])

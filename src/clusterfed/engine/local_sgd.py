@@ -12,7 +12,6 @@ reference in ``tests/engine/test_engine.py``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -24,7 +23,7 @@ from clusterfed.engine.evaluation import activation_floats
 from clusterfed.engine.robust import finite_norms, row_squared_norms
 from clusterfed.engine.stacked import StackedParams, stacked_forward
 from clusterfed.engine.tensors import PaddedSplit
-from clusterfed.models import MLP, is_regularized
+from clusterfed.models import MLP, Pull, is_regularized
 
 CHUNK_FLOATS = 2**20  # parameters of the pairs trained together (4 MiB: several MNIST MLPs)
 # Activations of the pairs one autograd step trains together: their leaf-module outputs,
@@ -130,10 +129,12 @@ def autograd_sgd_step(
     *,
     lr: float,
     l2: float,
+    pull: Pull | None = None,
 ) -> None:
     """In-place SGD step of ``Σ_b w_b·CE_b + l2·Σ‖W‖²`` for any architecture, by autograd.
 
     Models whose sample weights are all zero (finished devices) are left untouched.
+    ``pull`` moves the parameters between the gradients and the update (``_Pull``).
     """
     leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
     logits = stacked_forward(model, leaves, x, shared_input=False)
@@ -142,6 +143,8 @@ def autograd_sgd_step(
     active = (sample_weight.sum(1) > 0).to(x.dtype)
     decay = 1.0 - 2.0 * lr * l2 * active  # d/dW of l2·‖W‖² is 2·l2·W
     with torch.no_grad():
+        if pull is not None:
+            pull(params, active > 0, 0)
         for (k, p), g in zip(params.items(), grads):
             if is_regularized(k):
                 p.mul_(decay.view(-1, *([1] * (p.dim() - 1))))
@@ -251,6 +254,8 @@ def local_sgd(
     another with every intra-op thread (two at once would hold twice the activation
     budget); on a GPU every chunk does.
     """
+    if penalty is not None and objective is not None:
+        raise ValueError(f"local_sgd: a penalty with the local objective {type(objective).__name__} is not supported")
     counts_given = data.counts[device_of_pair]
     orders = []  # every epoch's sample orders, drawn up front in the given pair order
     for _ in range(epochs):
@@ -275,8 +280,8 @@ def local_sgd(
         if penalty is None or sparse_kernel.uniform_weights(penalty.weight):
             rows_csr = sparse_kernel.sparse_rows(data)
     if step_fn is None:
-        def step_fn(p, xb, yb, w, *, lr, l2):
-            autograd_sgd_step(model, p, xb, yb, w, lr=lr, l2=l2)
+        def step_fn(p, xb, yb, w, *, lr, l2, pull: Pull | None = None):
+            autograd_sgd_step(model, p, xb, yb, w, lr=lr, l2=l2, pull=pull)
 
     per_pair = sum(v[0].numel() for v in source.values())
     if analytic and data.x.device.type == "cpu":
@@ -312,7 +317,7 @@ def local_sgd(
         else:
             _train_chunk(
                 step_fn, chunk, data, device_of_pair[rows], [(o[rows], None if s is None else s[rows]) for o, s in orders],
-                pull=None if penalty is None else _Pull(penalty, model_of_pair[rows], chunk),
+                pull=None if penalty is None else _Pull(penalty, model_of_pair[rows], lr=lr, l2=l2),
                 objective=objective, lr=lr, l2=l2, batch_size=batch_size,
             )
         if norms_sq is not None:  # tensor by tensor in dict order, as ``update_norms`` adds them
@@ -368,11 +373,9 @@ def _train_chunk(step_fn, params, data, device_of_pair, orders, *, pull, objecti
             live = params if n == n_pairs else {k: v[:n] for k, v in params.items()}
             weight, active = batch.weight[:n], batch.active[:n]
             idx = order[:n, batch.cols]
-            if pull is not None:  # gradient at the pre-step θ, applied after the step
-                pull.gradient(params, batch.active, n)
             xb, yb = batch_of(idx)
             if objective is None:
-                step_fn(live, xb, yb, weight, lr=lr, l2=l2)
+                step_fn(live, xb, yb, weight, lr=lr, l2=l2, pull=pull)
             elif isinstance(objective, PerFedAvgStep):
                 inner = _clone(live)
                 step_fn(inner, xb, yb, weight, lr=objective.alpha, l2=l2)  # θ − α∇f(θ; D)
@@ -383,8 +386,6 @@ def _train_chunk(step_fn, params, data, device_of_pair, orders, *, pull, objecti
                     live[k].add_(inner[k] - before[k])
             else:
                 _pfedme_step(step_fn, live, xb, yb, weight, active, objective, lr=lr, l2=l2)
-            if pull is not None:
-                pull.apply(params, lr, n)
 
 
 class Batches:
@@ -412,62 +413,75 @@ class Batches:
 
 
 class _Pull:
-    """The penalty's gradient w ⊙ (θ_p − c) for every pair p, from the one row of w and
-    c of p's model (FedProx μ, StoCFL λ, EWC λF, FedSoft, Ditto: ``QuadraticPenalty``).
+    """A ``QuadraticPenalty``'s pull for one chunk of pairs, taken inside the SGD step:
+    after the step's gradients and before its update, each pulled θ_p becomes
+    lerp(θ_p, c, r) = (1 − r)·θ_p + r·c with r = lr·w / decay (r = lr·w on tensors
+    without L2 decay). The step's update then gives
+    decay·θ − lr·w ⊙ (θ − c) − lr·∇f: the penalty's gradient step at the pre-step θ
+    (FedProx μ, StoCFL λ, EWC λF, FedSoft, Ditto), up to float rounding. One pass over
+    the pulled θ; taking w ⊙ (θ − c) into a buffer and subtracting it after the step
+    took three (a pull cost 0.61x a plain round on the authors' A2, §11 of
+    ``benchmarks/RESULTS.md``).
 
-    Pairs of a model lie next to each other (``pair_order``), so a model's row
-    broadcasts over its block of pairs: no per-pair copy of the centre or weight.
-    Where every model has one pair, each block is one pair and the rows are taken
-    once per call (a selection, not a copy per pair; none at all when the rows are
-    already in pair order). The gradient goes into one pair-sized buffer made once
-    per ``local_sgd`` call and reused every step; models whose weight is zero (StoCFL's
-    ω) are skipped. Same floating-point operations as ``w * (θ − c) * active``.
-    """
+    Pairs of a model lie next to each other (``pair_order``), so a model's rows of c
+    and r broadcast over its block of pairs: no per-pair copy. Where every model has
+    one pair, the block is the whole chunk with its pairs' rows taken once (a
+    selection; none when they are already in pair order). Weights that are
+    broadcast views (a scalar μ) stay one value; blocks whose weight is zero (StoCFL's
+    ω) are skipped. A step pulls only the pairs it trains (its first
+    ``Minibatch.rows``) and, among them, only the active ones."""
 
-    def __init__(self, penalty: QuadraticPenalty, model_of_pair: torch.Tensor, params: StackedParams):
+    def __init__(self, penalty: QuadraticPenalty, model_of_pair: torch.Tensor, *, lr: float, l2: float):
+        decay = 1.0 - 2.0 * lr * l2
+        rate = {k: lr / decay if is_regularized(k) else lr for k in penalty.weight}
+        weight = {k: _compact(v) for k, v in penalty.weight.items()}
         models, sizes = torch.unique_consecutive(model_of_pair, return_counts=True)
-        self.blocks: list[tuple[slice, StackedParams, StackedParams]] = []
-        if int(sizes.max()) == 1:  # one pair per model: the rows of the pairs, in pair order
-            self.blocks.append((slice(None), rows_of(penalty.weight, model_of_pair), rows_of(penalty.center, model_of_pair)))
-        else:
-            start = 0
-            for m, size in zip(models.tolist(), sizes.tolist()):
-                w = {k: v[m] for k, v in penalty.weight.items()}
-                if any(bool(v.any()) for v in w.values()):
-                    self.blocks.append((slice(start, start + size), w, {k: v[m] for k, v in penalty.center.items()}))
-                start += size
-        self.grad = {k: torch.zeros_like(v) for k, v in params.items()}
+        # (first pair, end, c, r, rows per pair): c and r one row per pair, or one broadcast row
+        self.blocks: list[tuple[int, int, StackedParams, StackedParams, bool]] = []
+        if int(sizes.max()) == 1:
+            self.blocks.append((0, len(model_of_pair), rows_of(penalty.center, model_of_pair),
+                                {k: _model_rows(w, model_of_pair) * rate[k] for k, w in weight.items()}, True))
+            return
+        start = 0
+        for m, size in zip(models.tolist(), sizes.tolist()):
+            w = {k: v[m if len(v) > 1 else 0][None] for k, v in weight.items()}
+            if any(bool(v.any()) for v in w.values()):
+                self.blocks.append((start, start + size, {k: v[m][None] for k, v in penalty.center.items()},
+                                    {k: v * rate[k] for k, v in w.items()}, False))
+            start += size
 
-    def live_blocks(self, n: int) -> Iterator[tuple[slice, StackedParams, StackedParams]]:
-        """The blocks cut to the first ``n`` pairs, the only ones a step may move
-        (``Minibatch.rows``). With power-law devices most steps leave few pairs
-        training; pulling the finished ones too, by a zero gradient, made a FedSoft
-        round 1.24x slower on the authors' A2 (``benchmarks/pull_power_law.py``)."""
-        for rows, w, c in self.blocks:
-            start, stop, _ = rows.indices(n)
-            if start >= stop:
+    def __call__(self, params: StackedParams, active: torch.Tensor, offset: int) -> None:
+        """Pull the active ones of pairs ``offset … offset + len(active)``, whose
+        parameters (views) are ``params`` (a ``models.Pull``)."""
+        n = len(active)
+        everyone = bool(active.all())
+        for start, stop, c, r, per_pair in self.blocks:
+            s, e = max(start, offset), min(stop, offset + n)
+            if s >= e:
                 continue
-            if rows == slice(None):
-                yield slice(0, n), {k: v[:n] for k, v in w.items()}, {k: v[:n] for k, v in c.items()}
-            else:
-                yield slice(start, stop), w, c
-
-    def gradient(self, params: StackedParams, active: torch.Tensor, n: int) -> None:
-        """w ⊙ (θ − c) at the current θ into the buffer for the first ``n`` pairs (zero
-        for inactive ones)."""
-        everyone = bool(active[:n].all())
-        for rows, w, c in self.live_blocks(n):
+            here = slice(s - offset, e - offset)
+            if per_pair:
+                c = {k: v[s - start : e - start] for k, v in c.items()}
+                r = {k: v[s - start : e - start] for k, v in r.items()}
+            if not everyone:
+                mask = active[here]
+                r = {k: v * _rows(mask, v).to(v.dtype) for k, v in r.items()}
             for k, theta in params.items():
-                g = self.grad[k][rows]
-                torch.sub(theta[rows], c[k], out=g)
-                g.mul_(w[k])
-                if not everyone:
-                    g.mul_(_rows(active[rows], g))
+                theta[here].lerp_(c[k], r[k])
 
-    def apply(self, params: StackedParams, lr: float, n: int) -> None:
-        for rows, _, _ in self.live_blocks(n):
-            for k, theta in params.items():
-                theta[rows].sub_(self.grad[k][rows], alpha=lr)
+
+def _compact(v: torch.Tensor) -> torch.Tensor:
+    """``v`` with every broadcast dimension (stride 0) cut to length 1: a scalar μ
+    expanded to a model's shape stays one value when multiplied."""
+    for d in range(v.dim()):
+        if v.stride(d) == 0 and v.shape[d] > 1:
+            v = v.narrow(d, 0, 1)
+    return v
+
+
+def _model_rows(v: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
+    """Rows ``models`` of ``v``, or ``v`` itself where it is one broadcast row."""
+    return v if len(v) == 1 else rows_of({"v": v}, models)["v"]
 
 
 def _rows(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

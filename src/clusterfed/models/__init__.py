@@ -20,6 +20,10 @@ from torch.nn import functional as F
 Params = dict[str, torch.Tensor]
 #: A training-time transform of hidden activations ``[M, N, hidden]`` (dropout masks).
 Dropout = Callable[[torch.Tensor], torch.Tensor]
+#: What an SGD step calls between taking its gradients and applying them (the engine's
+#: quadratic penalty): ``pull(params, active, first)`` with the step's models, which of
+#: them have samples (bool ``[M]``) and the row of the first among the models pulled.
+Pull = Callable[[Params, torch.Tensor, int], None]
 
 MODELS: tuple[str, ...] = ("mlp", "cnn")
 # The CNN's default shape: cheap enough for CPU runs (FLACC's MNIST CNN is (32, 64), 5).
@@ -60,6 +64,7 @@ class MLP(nn.Module):
         *,
         lr: float,
         l2: float,
+        pull: Pull | None = None,
     ) -> None:
         """One in-place SGD step of M models on their own batches ``x [M, B, ...]``.
 
@@ -69,7 +74,8 @@ class MLP(nn.Module):
         (tests/engine) within float tolerance. Models whose weights are all zero
         (finished devices) are left untouched. Models go through in chunks whose hidden
         activations stay under ``ACTIVATION_BUDGET`` floats (full-batch steps of wide
-        MLPs would otherwise hold several [M, B, hidden] tensors at once).
+        MLPs would otherwise hold several [M, B, hidden] tensors at once). ``pull`` moves
+        the models after the gradients are taken, before they are applied.
         """
         x = x.flatten(2)
         m, b = x.shape[:2]
@@ -77,7 +83,8 @@ class MLP(nn.Module):
         for s in range(0, m, chunk):
             rows = slice(s, s + chunk)
             MLP._sgd_step(
-                {k: v[rows] for k, v in params.items()}, x[rows], y[rows], sample_weight[rows], lr=lr, l2=l2
+                {k: v[rows] for k, v in params.items()}, x[rows], y[rows], sample_weight[rows], lr=lr, l2=l2,
+                pull=None if pull is None else lambda p, active, first, s=s: pull(p, active, s + first),
             )
 
     @staticmethod
@@ -113,7 +120,7 @@ class MLP(nn.Module):
         }
 
     @staticmethod
-    def _sgd_step(params: Params, x, y, sample_weight, *, lr: float, l2: float) -> None:
+    def _sgd_step(params: Params, x, y, sample_weight, *, lr: float, l2: float, pull: Pull | None = None) -> None:
         w1, b1, w2, b2 = (params[k] for k in ("hidden.weight", "hidden.bias", "output.weight", "output.bias"))
         h = torch.baddbmm(b1[:, None, :], x, w1.mT).relu_()
         dlogits = torch.baddbmm(b2[:, None, :], h, w2.mT).softmax(-1)
@@ -121,6 +128,8 @@ class MLP(nn.Module):
         dlogits.mul_(sample_weight[..., None])
         dh = torch.bmm(dlogits, w2).mul_(h > 0)  # relu'(z) = [z > 0] = [relu(z) > 0]
         active = sample_weight.sum(1) > 0
+        if pull is not None:  # every gradient above is at the pre-step θ
+            pull(params, active, 0)
         decay = 1.0 - 2.0 * lr * l2
         if bool(active.all()):
             w2.baddbmm_(dlogits.mT, h, beta=decay, alpha=-lr)
