@@ -101,3 +101,39 @@ def test_serving_local_models_keeps_the_cluster_training(digits):
     np.testing.assert_array_equal(engine.accuracy(b.c_, b.u_.argmax(1)), ra.device_accuracy)
     assert ra.n_clusters == len(set(a.u_.argmax(1).tolist())) and rb.n_clusters == 12
     assert rb.device_accuracy.mean() >= ra.device_accuracy.mean() - 0.05
+
+
+def test_starting_from_own_models_continues_each_devices_last_local_model(digits):
+    """``start="own"`` (the authors' code): every device starts as one shared random
+    model; after a round a participant's next update starts exactly from its upload,
+    a device that has not trained still from the shared model, and the pull is the
+    same soft penalty toward the clusters as under ``start="centre"``."""
+    fed = build_scenario(digits, "S2", group_sizes=[4, 4, 4], seed=1)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    algo = FedSoft(S=3, rounds=2, start="own")
+    ctx = Context(np.random.default_rng(0), torch.Generator().manual_seed(2))
+    state = algo.init(engine, ctx)
+    shared = {k: v[0] for k, v in state.w.items()}
+    assert all(torch.equal(v[d], shared[k]) for k, v in state.w.items() for d in range(12))
+    assert not any(all(torch.equal(shared[k], state.c[k][s]) for k in shared) for s in range(3))
+    part = np.array([1, 4, 6, 9])
+    state, plan = algo.configure_round(engine, state, part, ctx)
+    assert all(torch.equal(plan.params[k][d], shared[k]) for k in shared for d in part)
+    centre = soft_penalty(state.c, state.u, algo.mu)
+    for k in shared:
+        torch.testing.assert_close(plan.penalty.center[k], centre.center[k])
+    trained = engine.local_models(plan.params, plan.models, plan.devices, ctx.generator, penalty=plan.penalty).params
+    state = algo.aggregate(engine, state, plan, trained, ctx)
+    state, plan = algo.configure_round(engine, state, np.arange(12), ctx)
+    for k in shared:
+        for i, d in enumerate(part):
+            assert torch.equal(plan.params[k][d], trained[k][i])
+        for d in sorted(set(range(12)) - set(part.tolist())):
+            assert torch.equal(plan.params[k][d], shared[k])
+    # the default starts every participant at its centre m_k instead
+    default = FedSoft(S=3, rounds=2)
+    s0 = default.init(engine, Context(np.random.default_rng(0), torch.Generator().manual_seed(2)))
+    s0, p0 = default.configure_round(engine, s0, part, ctx)
+    assert s0.w is None and all(torch.equal(p0.params[k], p0.penalty.center[k]) for k in shared)
+    with pytest.raises(ValueError, match="start"):
+        FedSoft(start="local")

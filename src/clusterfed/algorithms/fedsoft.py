@@ -10,7 +10,10 @@ Pure steps: ``importance_weights`` (eq. 4 with smoothing σ), ``aggregation_weig
 
 FedSoft trains "both locally personalized models and high-quality cluster models"
 (abstract): ``serve`` picks which a device is evaluated and registered with — the
-cluster model of its largest u_ks, or its own local model w_k.
+cluster model of its largest u_ks, or its own local model w_k. ``start`` picks where a
+local update starts: the centre m_k of the cluster models (the paper's description), or
+the device's own last local model w_k, which in the authors' code (ycruan/FedSoft,
+``Client``) is created once and never reloaded from the clusters.
 
 References
 ----------
@@ -79,8 +82,8 @@ class FedSoftState:
     c: StackedParams  # the S cluster models
     u: np.ndarray  # importance weights [n, S]
     t: int = 0  # rounds done
-    w: StackedParams | None = None  # serve "local": each device's last local model (rows of untrained devices unused)
-    trained: np.ndarray | None = None  # serve "local": devices that have a local model
+    w: StackedParams | None = None  # serve "local" / start "own": each device's last local model
+    trained: np.ndarray | None = None  # devices whose row of w is a trained local model
 
 
 @register
@@ -90,7 +93,8 @@ class FedSoft(ColdStart[FedSoftState]):
     S cluster models start from distinct random draws. Every ``tau`` rounds each
     participant estimates u_k from its per-sample training losses under all S models
     (``importance_weights``). Each round each participant starts from its centre
-    m_k = Σ_s u_ks c_s / Σ_s u_ks and trains with ``soft_penalty``; every cluster
+    m_k = Σ_s u_ks c_s / Σ_s u_ks (``start="own"``: from its own last local model w_k,
+    every w_k starting as one shared random model) and trains with ``soft_penalty``; every cluster
     model becomes Σ_k v_sk w_k over the participants (``aggregation_weights``). The
     paper samples participants per cluster ∝ v_sk; here one uniform sample serves
     all clusters (the same with full participation). A device is served the
@@ -115,18 +119,27 @@ class FedSoft(ColdStart[FedSoftState]):
         Param("tau", 1, "rounds between importance estimations", symbol="τ", kind=int, gt=0),
         Param("serve", "cluster", "model a device is served: the cluster of its largest importance weight, or "
               "its own local model w_k (the paper's personalised models)", kind=str, choices=("cluster", "local")),
+        Param("start", "centre", "where a local update starts: the centre m_k of the cluster models, or the "
+              "device's own last local model w_k (the authors' code keeps each client's model across rounds)",
+              kind=str, choices=("centre", "own")),
     )
     S: int
     mu: float
     sigma: float
     tau: int
     serve: str
+    start: str
 
     def init(self, engine: Engine, ctx: Context) -> FedSoftState:
         if self.sigma > 1.0 / self.S:
             raise ValueError(f"FedSoft.sigma: σ = {self.sigma} exceeds 1/S = {1.0 / self.S}")
         c = engine.init_params(self.S, ctx.generator, distinct=True)
-        return FedSoftState(c, np.full((engine.n_devices, self.S), 1.0 / self.S))
+        u = np.full((engine.n_devices, self.S), 1.0 / self.S)
+        if self.start == "centre":
+            return FedSoftState(c, u)
+        n = engine.n_devices
+        w = engine.init_params(n, ctx.generator, distinct=False)  # the authors' one client initial model
+        return FedSoftState(c, u, w=w, trained=np.zeros(n, dtype=bool))
 
     def configure_round(self, engine, state, participants, ctx):
         u = state.u.copy()
@@ -136,7 +149,8 @@ class FedSoft(ColdStart[FedSoftState]):
             u[participants] = importance_weights(losses, engine.mask("train")[rows], self.sigma)
         pull = soft_penalty(state.c, u, self.mu)
         size = model_bytes(state.c)
-        plan = RoundPlan(pull.center, participants, participants, upload="each", penalty=pull,  # start at m_k
+        start = pull.center if self.start == "centre" else state.w  # row k: where device k starts
+        plan = RoundPlan(start, participants, participants, upload="each", penalty=pull,
                          bytes_down=len(participants) * self.S * size, bytes_up=len(participants) * size)
         return replace(state, u=u), plan
 
@@ -155,7 +169,7 @@ class FedSoft(ColdStart[FedSoftState]):
             weights = torch.as_tensor(v[pairs_s, pairs_k], dtype=torch.float32, device=engine.device)
             c = weighted_average({k: x.index_select(0, rows) for k, x in trained.items()}, target, weights, c)
         w, has = state.w, state.trained
-        if self.serve == "local":
+        if self.serve == "local" or self.start == "own":
             n = engine.n_devices
             w = replace_rows(w if w is not None else take(state.c, [0] * n), M, trained, ok)
             has = np.zeros(n, dtype=bool) if has is None else has.copy()
