@@ -402,6 +402,16 @@ def summarize(args) -> None:
         seen.add(_key(r))
         if r["seed"] in args.seeds:
             by.setdefault((r["algorithm"], r["scenario"]), []).append(r)
+    if args.cluster_served:  # FedSoft serving local models: score the largest-u clusters it also records
+        for rows in by.values():
+            for r in rows:
+                if r.get("accuracy_device_cluster_served") is None:
+                    raise SystemExit(f"--cluster-served: the {r['algorithm']} {r['scenario']} seed {r['seed']} row "
+                                     "records no accuracy_device_cluster_served (only FedSoft's rows do)")
+                acc = np.asarray(r["accuracy_device_cluster_served"])
+                groups = np.asarray(r["groups"])
+                r["accuracy_device"], r["accuracy_mean"] = acc.tolist(), float(acc.mean())
+                r["accuracy_group"] = {str(g): float(acc[groups == g].mean()) for g in np.unique(groups)}
     scen = [s for s in args.scenarios]
     print(f"MNIST, {args.epochs} rounds, seeds {args.seeds}: mean test accuracy % ± stderr over seeds "
           "[clusters per seed]; thesis figure beside (Tables 3.3-3.6).\n")
@@ -536,6 +546,8 @@ def main() -> None:
                     help="hyperparameters of every --algorithms method (use another --out: rows are not keyed by them)")
     ap.add_argument("--support-png", default=None, metavar="DIR",
                     help="with --summarize: write each run's final support graph (seeds side by side) to DIR")
+    ap.add_argument("--cluster-served", action="store_true",
+                    help="summarize FedSoft's rows by their largest-u cluster models (recorded beside serve=local)")
     ap.add_argument("--weighted", action="store_true",
                     help="summarize accuracy over all test samples (device accuracies weighted by test size)")
     args = ap.parse_args()
