@@ -11,7 +11,7 @@ Pure steps: ``importance_weights`` (eq. 4 with smoothing σ), ``aggregation_weig
 FedSoft trains "both locally personalized models and high-quality cluster models"
 (abstract): ``serve`` picks which a device is evaluated and registered with — the
 cluster model of its largest u_ks, or its own local model w_k. ``start`` picks where a
-local update starts: the centre m_k of the cluster models (the paper's description), or
+local update starts: the centre m_k of the cluster models (the default here), or
 the device's own last local model w_k, which in the authors' code (ycruan/FedSoft,
 ``Client``) is created once and never reloaded from the clusters.
 
@@ -133,11 +133,11 @@ class FedSoft(ColdStart[FedSoftState]):
     def init(self, engine: Engine, ctx: Context) -> FedSoftState:
         if self.sigma > 1.0 / self.S:
             raise ValueError(f"FedSoft.sigma: σ = {self.sigma} exceeds 1/S = {1.0 / self.S}")
+        n = engine.n_devices
         c = engine.init_params(self.S, ctx.generator, distinct=True)
-        u = np.full((engine.n_devices, self.S), 1.0 / self.S)
+        u = np.full((n, self.S), 1.0 / self.S)
         if self.start == "centre":
             return FedSoftState(c, u)
-        n = engine.n_devices
         w = engine.init_params(n, ctx.generator, distinct=False)  # the authors' one client initial model
         return FedSoftState(c, u, w=w, trained=np.zeros(n, dtype=bool))
 
