@@ -7,7 +7,13 @@ import torch
 from sklearn.metrics import adjusted_rand_score
 
 from clusterfed.algorithms.base import model_bytes
-from clusterfed.algorithms.fedsoft import FedSoft, aggregation_weights, importance_weights, soft_penalty
+from clusterfed.algorithms.fedsoft import (
+    FedSoft,
+    aggregation_weights,
+    importance_weights,
+    select_clients,
+    soft_penalty,
+)
 from clusterfed.algorithms.protocol import Context
 from clusterfed.engine import Engine, TrainingConfig
 from clusterfed.scenarios import build_scenario
@@ -137,3 +143,47 @@ def test_starting_from_own_models_continues_each_devices_last_local_model(digits
     assert s0.w is None and all(torch.equal(p0.params[k], p0.penalty.center[k]) for k in shared)
     with pytest.raises(ValueError, match="start"):
         FedSoft(start="local")
+
+
+def test_select_clients_draws_k_distinct_clients_in_proportion_to_v():
+    """Alg. 1's selection: K distinct clients per cluster, never one with v_sk = 0,
+    all of the support where it has at most K clients, and (over many draws) client k
+    drawn first with probability v_sk."""
+    v = np.array([[0.5, 0.3, 0.2, 0.0], [0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    rng = np.random.default_rng(0)
+    chosen = select_clients(v, 2, rng)
+    assert chosen.dtype == bool and chosen.shape == (3, 4)
+    assert chosen[0].sum() == 2 and not chosen[0, 3]
+    assert chosen[1].tolist() == [False, False, False, True]  # support smaller than K
+    assert not chosen[2].any()  # a cluster no client weighs draws nobody
+    ones = np.array([[0.7, 0.2, 0.1]])
+    freq = np.mean([select_clients(ones, 1, rng)[0] for _ in range(4000)], axis=0)
+    np.testing.assert_allclose(freq, [0.7, 0.2, 0.1], atol=0.03)
+    with_k3 = select_clients(ones, 3, rng)
+    assert with_k3.all()
+
+
+def test_selection_trains_the_drawn_clients_and_averages_them_uniformly(digits):
+    """``K`` > 0: only the union of the clusters' draws trains, and cluster s becomes
+    the plain mean of the uploads of the clients it drew, whatever their sizes."""
+    fed = build_scenario(digits, "S2", group_sizes=[4, 4, 4], seed=1)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    algo = FedSoft(S=3, rounds=2, K=2, sigma=0.01)
+    ctx = Context(np.random.default_rng(0), torch.Generator().manual_seed(2))
+    state = algo.init(engine, ctx)
+    everyone = np.arange(12)
+    state, plan = algo.configure_round(engine, state, everyone, ctx)
+    assert state.selected.shape == (3, 12) and (state.selected.sum(1) == 2).all()
+    np.testing.assert_array_equal(plan.devices, np.flatnonzero(state.selected.any(0)))
+    size = model_bytes(state.c)
+    assert plan.bytes_down == 12 * 3 * size and plan.bytes_up == len(plan.devices) * size
+    trained = engine.local_models(plan.params, plan.models, plan.devices, ctx.generator, penalty=plan.penalty).params
+    after = algo.aggregate(engine, state, plan, trained, ctx)
+    row = {d: i for i, d in enumerate(plan.devices.tolist())}
+    for s in range(3):
+        drew = [row[d] for d in np.flatnonzero(state.selected[s])]
+        for k in trained:
+            torch.testing.assert_close(after.c[k][s], trained[k][drew].mean(0))
+    assert FedSoft(K=0).K == 0
+    with pytest.raises(ValueError, match="K"):
+        FedSoft(K=-1)

@@ -13,7 +13,11 @@ FedSoft trains "both locally personalized models and high-quality cluster models
 cluster model of its largest u_ks, or its own local model w_k. ``start`` picks where a
 local update starts: the centre m_k of the cluster models (the default here), or
 the device's own last local model w_k, which in the authors' code (ycruan/FedSoft,
-``Client``) is created once and never reloaded from the clusters.
+``Client``) is created once and never reloaded from the clusters. ``K`` picks how a
+cluster model is aggregated: from every participant weighted by v_sk (K = 0, the
+default here), or, as Alg. 1 selects, from K clients drawn ∝ v_sk without
+replacement and averaged uniformly (``select_clients``; the authors' server draws
+with ``numpy.random.choice(replace=False)`` and trains only the union of the draws).
 
 References
 ----------
@@ -61,6 +65,20 @@ def aggregation_weights(u: np.ndarray, n_k: np.ndarray) -> np.ndarray:
     return np.divide(mass, total, out=np.zeros_like(mass), where=total > 0)
 
 
+def select_clients(v: np.ndarray, K: int, rng: np.random.Generator) -> np.ndarray:
+    """Alg. 1's client selection: for each cluster s, K clients drawn without
+    replacement with probabilities v_sk (fewer where fewer than K have v_sk > 0).
+    ``v`` is ``[S, n]`` (rows summing to 1 or 0); returns a ``[S, n]`` boolean mask."""
+    S, n = v.shape
+    chosen = np.zeros((S, n), dtype=bool)
+    for s in range(S):
+        support = np.flatnonzero(v[s] > 0)
+        if len(support):
+            p = v[s, support] / v[s, support].sum()
+            chosen[s, rng.choice(support, size=min(K, len(support)), replace=False, p=p)] = True
+    return chosen
+
+
 def soft_penalty(centres: StackedParams, u: np.ndarray, mu: float) -> QuadraticPenalty:
     """μ/2 Σ_s u_ks ‖w − c_s‖² for every client k (one row each) as one quadratic
     ½ a_k ‖w − m_k‖² with a_k = μ Σ_s u_ks and m_k = Σ_s u_ks c_s / Σ_s u_ks; a_k is
@@ -84,6 +102,7 @@ class FedSoftState:
     t: int = 0  # rounds done
     w: StackedParams | None = None  # serve "local" / start "own": each device's last local model
     trained: np.ndarray | None = None  # devices whose row of w is a trained local model
+    selected: np.ndarray | None = None  # K > 0: [S, n] the clients each cluster drew this round
 
 
 @register
@@ -95,9 +114,9 @@ class FedSoft(ColdStart[FedSoftState]):
     (``importance_weights``). Each round each participant starts from its centre
     m_k = Σ_s u_ks c_s / Σ_s u_ks (``start="own"``: from its own last local model w_k,
     every w_k starting as one shared random model) and trains with ``soft_penalty``; every cluster
-    model becomes Σ_k v_sk w_k over the participants (``aggregation_weights``). The
-    paper samples participants per cluster ∝ v_sk; here one uniform sample serves
-    all clusters (the same with full participation). A device is served the
+    model becomes Σ_k v_sk w_k over the participants (``aggregation_weights``), or,
+    with ``K`` > 0, the uniform average of the K participants it drew ∝ v_sk
+    (``select_clients``; only the drawn clients train). A device is served the
     cluster of its largest importance weight; each participant downloads all S
     models and uploads one.
 
@@ -122,6 +141,8 @@ class FedSoft(ColdStart[FedSoftState]):
         Param("start", "centre", "where a local update starts: the centre m_k of the cluster models, or the "
               "device's own last local model w_k (the authors' code keeps each client's model across rounds)",
               kind=str, choices=("centre", "own")),
+        Param("K", 0, "clients each cluster draws ∝ v_sk a round and averages uniformly (Alg. 1's selection; "
+              "the authors' code: 15 or 30); 0: every participant, weighted by v_sk", symbol="K", kind=int, ge=0),
     )
     S: int
     mu: float
@@ -129,6 +150,7 @@ class FedSoft(ColdStart[FedSoftState]):
     tau: int
     serve: str
     start: str
+    K: int
 
     def init(self, engine: Engine, ctx: Context) -> FedSoftState:
         if self.sigma > 1.0 / self.S:
@@ -150,17 +172,31 @@ class FedSoft(ColdStart[FedSoftState]):
         pull = soft_penalty(state.c, u, self.mu)
         size = model_bytes(state.c)
         start = pull.center if self.start == "centre" else state.w  # row k: where device k starts
-        plan = RoundPlan(start, participants, participants, upload="each", penalty=pull,
-                         bytes_down=len(participants) * self.S * size, bytes_up=len(participants) * size)
-        return replace(state, u=u), plan
+        selected, trainers = None, participants
+        if self.K:
+            v = aggregation_weights(u[participants], engine.counts("train")[participants])
+            selected = np.zeros((self.S, engine.n_devices), dtype=bool)
+            selected[:, participants] = select_clients(v, self.K, ctx.rng)
+            trainers = np.flatnonzero(selected.any(0))
+        estimating = participants if state.t % self.tau == 0 else trainers  # who downloads all S models
+        plan = RoundPlan(start, trainers, trainers, upload="each", penalty=pull,
+                         bytes_down=len(estimating) * self.S * size, bytes_up=len(trainers) * size)
+        return replace(state, u=u, selected=selected), plan
 
     def aggregate(self, engine, state, plan, trained, ctx):
-        """c_s = Σ_k v_sk w_k over the finite participants, for every s at once."""
+        """c_s = Σ_k v_sk w_k over the finite participants (K > 0: the uniform average of
+        the finite clients cluster s drew), for every s at once."""
         ok = is_finite(trained).cpu().numpy()
         keep = np.flatnonzero(ok)
         M = plan.devices
-        n_k = engine.counts("train")
-        v = aggregation_weights(state.u[M[keep]], n_k[M[keep]]) if len(keep) else np.zeros((self.S, 0))
+        if self.K:
+            drew = state.selected[:, M[keep]].astype(np.float64)
+            count = drew.sum(1, keepdims=True)
+            v = np.divide(drew, count, out=np.zeros_like(drew), where=count > 0)
+        elif len(keep):
+            v = aggregation_weights(state.u[M[keep]], engine.counts("train")[M[keep]])
+        else:
+            v = np.zeros((self.S, 0))
         pairs_s, pairs_k = np.nonzero(v)
         c = state.c
         if len(pairs_s):
@@ -174,7 +210,7 @@ class FedSoft(ColdStart[FedSoftState]):
             w = replace_rows(w if w is not None else take(state.c, [0] * n), M, trained, ok)
             has = np.zeros(n, dtype=bool) if has is None else has.copy()
             has[M[ok]] = True
-        return FedSoftState(c, state.u, state.t + 1, w, has)
+        return FedSoftState(c, state.u, state.t + 1, w, has, state.selected)
 
     def clustering(self, state: FedSoftState) -> Clustering:
         labels = state.u.argmax(1)
