@@ -10,6 +10,7 @@ from clusterfed.algorithms.base import model_bytes
 from clusterfed.algorithms.fedsoft import (
     FedSoft,
     aggregation_weights,
+    best_validated,
     importance_weights,
     select_clients,
     soft_penalty,
@@ -107,6 +108,37 @@ def test_serving_local_models_keeps_the_cluster_training(digits):
     np.testing.assert_array_equal(engine.accuracy(b.c_, b.u_.argmax(1)), ra.device_accuracy)
     assert ra.n_clusters == len(set(a.u_.argmax(1).tolist())) and rb.n_clusters == 12
     assert rb.device_accuracy.mean() >= ra.device_accuracy.mean() - 0.05
+
+
+def test_serving_by_validation_serves_each_device_its_fewest_error_cluster(digits):
+    """``serve="validation"``: the training is unchanged and device d is served the
+    cluster model with the fewest errors on its validation data, which on a digits A2
+    differs from the largest-u cluster for some devices."""
+    fed = build_scenario(digits, "A2", group_sizes=[6, 6], seed=1)
+    engine = Engine(fed, training=TrainingConfig(lr=0.05), device="cpu")
+    a, b = FedSoft(S=3, rounds=4), FedSoft(S=3, rounds=4, serve="validation")
+    ra, rb = a.fit(engine, seed=2), b.fit(engine, seed=2)
+    for k in a.c_:
+        assert torch.equal(a.c_[k], b.c_[k])
+    error = engine.mean_losses(b.c_, "val", measure="zero_one").numpy()
+    best = error.argmin(0)
+    np.testing.assert_array_equal(error[best, np.arange(12)], error.min(0))
+    np.testing.assert_array_equal(rb.device_accuracy, engine.accuracy(b.c_, best))
+    assert (best != b.u_.argmax(1)).any()
+    assert rb.n_clusters == len(set(best.tolist()))
+
+
+def test_best_validated_breaks_ties_low_and_keeps_largest_u_without_validation_data():
+    class Stub:  # two devices, three clusters; device 1 has no validation samples
+        def mean_losses(self, c, split, measure):
+            assert (split, measure) == ("val", "zero_one")
+            return torch.tensor([[0.2, 0.0], [0.1, 0.0], [0.1, 0.0]])
+
+        def counts(self, split):
+            return np.array([10, 0])
+
+    u = np.array([[0.9, 0.1, 0.0], [0.1, 0.2, 0.7]])
+    np.testing.assert_array_equal(best_validated(Stub(), {}, u), [1, 2])
 
 
 def test_starting_from_own_models_continues_each_devices_last_local_model(digits):

@@ -10,7 +10,10 @@ Pure steps: ``importance_weights`` (eq. 4 with smoothing σ), ``aggregation_weig
 
 FedSoft trains "both locally personalized models and high-quality cluster models"
 (abstract): ``serve`` picks which a device is evaluated and registered with — the
-cluster model of its largest u_ks, or its own local model w_k. ``start`` picks where a
+cluster model of its largest u_ks, the cluster model with the fewest errors on its
+validation data (it downloads all S models every round anyway; the authors' validator,
+ycruan/FedSoft ``validators.py``, scores every cluster model on every test
+distribution), or its own local model w_k. ``start`` picks where a
 local update starts: the centre m_k of the cluster models (the default here), or
 the device's own last local model w_k, which in the authors' code (ycruan/FedSoft,
 ``Client``) is created once and never reloaded from the clusters. ``K`` picks how a
@@ -55,6 +58,15 @@ def importance_weights(losses: torch.Tensor, mask: torch.Tensor, sigma: float = 
     n_k = mask.sum(1, keepdim=True).double()
     u = torch.where(n_k > 0, counts / n_k.clamp(min=1), torch.full_like(counts, 1.0 / S))
     return torch.clamp(u, min=sigma).cpu().numpy()
+
+
+def best_validated(engine: Engine, c: StackedParams, u: np.ndarray) -> np.ndarray:
+    """Each device's cluster s of fewest errors on its validation data (ties to the
+    lowest s), ``[n]``; a device without validation samples keeps its largest u_ks."""
+    best = engine.mean_losses(c, "val", measure="zero_one").argmin(0).cpu().numpy()
+    empty = engine.counts("val") == 0
+    best[empty] = u.argmax(1)[empty]
+    return best
 
 
 def aggregation_weights(u: np.ndarray, n_k: np.ndarray) -> np.ndarray:
@@ -103,6 +115,7 @@ class FedSoftState:
     w: StackedParams | None = None  # serve "local" / start "own": each device's last local model
     trained: np.ndarray | None = None  # devices whose row of w is a trained local model
     selected: np.ndarray | None = None  # K > 0: [S, n] the clients each cluster drew this round
+    best: np.ndarray | None = None  # serve "validation": [n] each device's best-validated cluster
 
 
 @register
@@ -117,7 +130,8 @@ class FedSoft(ColdStart[FedSoftState]):
     model becomes Σ_k v_sk w_k over the participants (``aggregation_weights``), or,
     with ``K`` > 0, the uniform average of the K participants it drew ∝ v_sk
     (``select_clients``; only the drawn clients train). A device is served the
-    cluster of its largest importance weight; each participant downloads all S
+    cluster of its largest importance weight (``serve="validation"``: the cluster of
+    fewest validation errors, ``best_validated``); each participant downloads all S
     models and uploads one.
 
     Attributes
@@ -136,8 +150,9 @@ class FedSoft(ColdStart[FedSoftState]):
         Param("sigma", 0.0, "smallest importance weight (smoothing), at most 1/S", symbol="σ", kind=float, ge=0.0,
               le=1.0),
         Param("tau", 1, "rounds between importance estimations", symbol="τ", kind=int, gt=0),
-        Param("serve", "cluster", "model a device is served: the cluster of its largest importance weight, or "
-              "its own local model w_k (the paper's personalised models)", kind=str, choices=("cluster", "local")),
+        Param("serve", "cluster", "model a device is served: the cluster of its largest importance weight, the "
+              "cluster with the fewest errors on its validation data, or its own local model w_k (the paper's "
+              "personalised models)", kind=str, choices=("cluster", "validation", "local")),
         Param("start", "centre", "where a local update starts: the centre m_k of the cluster models, or the "
               "device's own last local model w_k (the authors' code keeps each client's model across rounds)",
               kind=str, choices=("centre", "own")),
@@ -210,11 +225,14 @@ class FedSoft(ColdStart[FedSoftState]):
             w = replace_rows(w if w is not None else take(state.c, [0] * n), M, trained, ok)
             has = np.zeros(n, dtype=bool) if has is None else has.copy()
             has[M[ok]] = True
-        return FedSoftState(c, state.u, state.t + 1, w, has, state.selected)
+        best = best_validated(engine, c, state.u) if self.serve == "validation" else None
+        return FedSoftState(c, state.u, state.t + 1, w, has, state.selected, best)
 
     def clustering(self, state: FedSoftState) -> Clustering:
         labels = state.u.argmax(1)
-        if self.serve == "cluster":
+        if self.serve == "validation" and state.best is not None:
+            return labels_clustering(state.best, state.c)
+        if self.serve in ("cluster", "validation"):
             return labels_clustering(labels, state.c)
         served = take(state.c, labels.tolist())
         if state.w is not None:
