@@ -37,10 +37,10 @@ def _engine(digits) -> Engine:
     return Engine(fed, training=TrainingConfig(lr=0.05), device="cpu"), fed
 
 
-def _method(name: str):
+def _method(name: str, **settings):
     cls = registry.get("coldstart", name)
     declared = {p.name for p in cls.declared()}
-    return cls(rounds=ROUNDS, **{k: v for k, v in SHORT.get(name, {}).items() if k in declared})
+    return cls(rounds=ROUNDS, **{k: v for k, v in SHORT.get(name, {}).items() if k in declared}, **settings)
 
 
 def _crash_after(engine: Engine, calls: int, monkeypatch) -> None:
@@ -71,9 +71,20 @@ def _same(a, b) -> None:
 
 @pytest.mark.parametrize("name", sorted(registry.methods("coldstart", builtin_only=True)))
 def test_an_interrupted_fit_resumes_to_the_same_result(name, digits, tmp_path, monkeypatch):
+    _interrupt_and_resume(name, {}, digits, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("settings", [{"serve": "validation"}, {"serve": "local", "start": "own"}, {"K": 2}])
+def test_fedsoft_resumes_the_state_of_each_reading(settings, digits, tmp_path, monkeypatch):
+    """The state fields the non-default readings add (best-validated clusters, local
+    models, the clusters' draws) survive a snapshot."""
+    _interrupt_and_resume("fedsoft", settings, digits, tmp_path, monkeypatch)
+
+
+def _interrupt_and_resume(name: str, settings: dict, digits, tmp_path, monkeypatch) -> None:
     engine, fed = _engine(digits)
     kw = {"seed": 3, "ground_truth": fed.groups, "oracle_pools": fed.oracle_pools}
-    whole = _method(name).fit(engine, **kw)
+    whole = _method(name, **settings).fit(engine, **kw)
 
     # Run until some snapshot exists and crash a few engine calls later.
     crashed, ckpt = _engine(digits)[0], tmp_path / "ckpt"
@@ -88,15 +99,15 @@ def test_an_interrupted_fit_resumes_to_the_same_result(name, digits, tmp_path, m
 
     monkeypatch.setattr(crashed, "train", counting(count_calls[0]))
     monkeypatch.setattr(crashed, "local_models", counting(count_calls[1]))
-    _method(name).fit(crashed, checkpoint=tmp_path / "probe", checkpoint_every=2, **kw)
+    _method(name, **settings).fit(crashed, checkpoint=tmp_path / "probe", checkpoint_every=2, **kw)
     total = calls["n"]
     _crash_after(crashed, total, monkeypatch)  # dies in the last engine call
     with pytest.raises(Crash):
-        _method(name).fit(crashed, checkpoint=ckpt, checkpoint_every=2, **kw)
+        _method(name, **settings).fit(crashed, checkpoint=ckpt, checkpoint_every=2, **kw)
     saved = read_meta(ckpt)
     assert saved is not None and 1 <= saved["round"] < len(whole.history)
 
-    resumed = _method(name).fit(_engine(digits)[0], checkpoint=ckpt, checkpoint_every=2, **kw)
+    resumed = _method(name, **settings).fit(_engine(digits)[0], checkpoint=ckpt, checkpoint_every=2, **kw)
     _same(resumed, whole)
 
 
