@@ -285,6 +285,8 @@ def run(args) -> None:
                     # FedSoft serving local models serves n models: its clusters are the largest-u ones
                     "importance_clusters": int(len(np.unique(algo.u_.argmax(1)))) if hasattr(algo, "u_") else None,
                     "importance_ari": float(adjusted_rand_score(fed.groups, algo.u_.argmax(1))) if hasattr(algo, "u_") else None,
+                    # FedSoft: the last importance weights u_ks, [n, S] (v_sk ∝ u_ks n_k follows from them and n_train)
+                    "importance_weights": algo.u_.round(4).tolist() if hasattr(algo, "u_") else None,
                     # FeSEM serving each client the centre it was last sent serves n models: its groups are its labels
                     "group_clusters": (int(len(np.unique(algo.labels_)))
                                        if name == "fesem" and algo.serve == "received" else None),
