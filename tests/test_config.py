@@ -49,7 +49,7 @@ def test_repository_params_are_valid():
         ({"scenario": {"samples_per_device": [200, 800]}}, "scenario.samples_per_device: scenario S2 takes one"),
         ({"scenario": {"newcomers": 1.0}}, "scenario.newcomers: Input should be less than 1"),
         ({"scenario": {"s1_out_of_range": "drop"}}, "scenario.s1_out_of_range: Input should be 'relabel' or 'exclusive'"),
-        ({"scenario": {"s1_out_of_range": "exclusive"}}, "scenario.s1_out_of_range: read only by S1 under the thesis"),
+        ({"scenario": {"s1_out_of_range": "exclusive"}}, "scenario.s1_out_of_range: read only by scenario S1, not 'S2'"),
         ({"training": {"participation": 0.2}}, "coldstart.algorithms: ['faacl', 'centralized', 'cfl'] need every device"),
         ({"training": {"participation": 0.0}}, "training.participation: Input should be greater than 0"),
         ({"coldstart": {"algorithms": ["fedweit"]}}, "coldstart.algorithms.0: Input should be"),

@@ -48,7 +48,7 @@ def build_federation(params: Params, seed: int) -> Federation:
         try:
             fed = build_authors_scenario(
                 dataset, s.name, seed=seed, users=s.users, data_seed=s.data_seed, noise=s.noise,
-                first_devices=s.first_devices,
+                first_devices=s.first_devices, s1_out_of_range=s.s1_out_of_range,
             )
         except ValueError as exc:
             raise ParamsError(f"scenario: {exc}") from None
@@ -183,6 +183,7 @@ def timestep_engines(params: Params, schedule: np.ndarray, seed: int) -> Callabl
             fed = build_authors_scenario(
                 dataset, s.name, seed=seed, users=s.users, data_seed=s.data_seed, concepts=schedule[:, t], timestep=t,
                 noise=s.noise, first_devices=s.first_devices,
+                s1_out_of_range=s.s1_out_of_range,
             )
         else:
             fed = federation_from_concepts(

@@ -86,9 +86,9 @@ class ScenarioParams(_Section):
     noise: NoiseParams = NoiseParams()
     scarcity: ScarcityParams = ScarcityParams()
     s1_out_of_range: Literal[S1_OUT_OF_RANGE] = Field(  # type: ignore[valid-type]
-        "relabel", description="S1, thesis construction: a device's samples outside its label range get a random "
-        "in-range label (relabel: the authors' cold-start code) or it draws only in-range samples (exclusive: "
-        "the thesis text, §3.3.2)."
+        "relabel", description="S1: a device's samples outside its label range get a random label (relabel: "
+        "the authors' cold-start code; in-range under the thesis construction, any class under the authors') or "
+        "it holds only in-range samples (exclusive: the thesis text, §3.3.2)."
     )
     angles: list[int] = [0, 90, 180, 270]
     shifts: list[int] = [0, 3, 6, 9]
@@ -276,9 +276,8 @@ def _cross_checks(params: Params) -> list[str]:
                 f"coldstart.algorithms: {full} need every device in every round "
                 f"(training.participation is {params.training.participation})"
             )
-    if s.s1_out_of_range != "relabel" and (s.name != "S1" or s.construction != "thesis"):
-        out.append(f"scenario.s1_out_of_range: read only by S1 under the thesis construction, not "
-                   f"{s.name!r} under {s.construction!r} (the authors' code relabels)")
+    if s.s1_out_of_range != "relabel" and s.name != "S1":
+        out.append(f"scenario.s1_out_of_range: read only by scenario S1, not {s.name!r}")
     if s.construction != "authors" and s.data_seed != DATA_SEED:
         out.append(f"scenario.data_seed: read only by the authors' construction, not {s.construction!r} "
                    "(the thesis reading draws its data from the run seed)")

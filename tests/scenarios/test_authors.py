@@ -61,6 +61,35 @@ def test_s1_label_rule(digits):
     assert _labels(fed, even) == set(range(10)) and _labels(fed, odd) == set(range(10))
 
 
+def test_s1_exclusive_keeps_each_device_s_in_range_samples_and_drops_the_others(digits):
+    """The thesis text's S1 under the authors' construction: the same users, every
+    in-range train sample kept (the same images), every other one dropped; the test
+    split is the relabel reading's."""
+    relabel = build_authors_scenario(digits, "S1", seed=10)
+    exclusive = build_authors_scenario(digits, "S1", seed=10, s1_out_of_range="exclusive")
+    s2 = build_authors_scenario(digits, "S2", seed=10)  # same users, true labels on odd devices
+    assert exclusive.description["s1_out_of_range"] == "exclusive" and "s1_out_of_range" not in relabel.description
+    for d, (r, e, s) in enumerate(zip(relabel.devices, exclusive.devices, s2.devices)):
+        lo = 0 if d % 2 == 0 else 5
+        y_true = np.concatenate([s.y_train, s.y_val]) - (1 if d % 2 == 0 else 0)  # undo S2's shift
+        y_true %= 10
+        x_true = np.concatenate([s.x_train, s.x_val]).reshape(len(y_true), -1)
+        in_range = (y_true >= lo) & (y_true < lo + 5)
+        y = np.concatenate([e.y_train, e.y_val])
+        x = np.concatenate([e.x_train, e.x_val]).reshape(len(y), -1)
+        assert len(y) == int(in_range.sum()) and set(y.tolist()) <= set(range(lo, lo + 5))
+        key = lambda xs, ys: sorted(zip(map(bytes, xs), ys.tolist()))  # noqa: E731 (multiset of samples)
+        assert key(x, y) == key(x_true[in_range], y_true[in_range])
+        assert len(e.y_val) == int(len(y) * 0.25) + 1  # 25% + 1 of what is kept
+        np.testing.assert_array_equal(e.x_test, r.x_test)
+        np.testing.assert_array_equal(e.y_test, r.y_test)
+    with pytest.raises(ValueError, match="s1_out_of_range must be one of"):
+        build_authors_scenario(digits, "S1", seed=10, s1_out_of_range="drop")
+    params = parse_params({"scenario": {"name": "S1", "construction": "authors", "s1_out_of_range": "exclusive"},
+                           "continual": {"enabled": False}})
+    assert build_federation(params, seed=10).description["s1_out_of_range"] == "exclusive"
+
+
 def test_a2_scarce_devices_hold_digits_0_to_5_relabelled(digits):
     fed = build_authors_scenario(digits, "A2", seed=10)
     scarce, rich = np.flatnonzero(fed.groups == 1), np.flatnonzero(fed.groups == 0)

@@ -15,7 +15,9 @@ fixes it, and this module follows those facts (DESIGN.md §9) in our own code:
   a scarce device only the first ``A2_SCARCE_USERS``, so digits 0–5 only).
   The changed concept is on the even-indexed devices:
   S1: even devices keep labels 0–4, odd 5–9; an out-of-range train sample gets a
-  label drawn from all ten classes, an out-of-range test sample is dropped.
+  label drawn from all ten classes, an out-of-range test sample is dropped
+  (``s1_out_of_range="exclusive"``, the thesis text's §3.3.2, drops the out-of-range
+  train samples too: the reading for the continual tables, which have no public code).
   S2: labels + 1 (mod K) on even devices. A1: even devices get the index-seeded
   Gaussian + salt & pepper noise of :func:`indexed_gaussian_and_salt_pepper` on train
   and test. A2: even devices are scarce and relabel 1 and 3 as 2, train and test.
@@ -56,7 +58,7 @@ import numpy as np
 from clusterfed.data import ArrayDataset
 from clusterfed.scenarios.federation import DeviceSplits, Federation
 from clusterfed.scenarios.noise import indexed_gaussian_and_salt_pepper
-from clusterfed.scenarios.static import NoiseParams
+from clusterfed.scenarios.static import S1_OUT_OF_RANGE, NoiseParams
 
 AUTHORS_SCENARIOS: tuple[str, ...] = ("S1", "S2", "A1", "A2")
 DATA_SEED = 0
@@ -185,6 +187,7 @@ def build_authors_scenario(
     data_seed: int = DATA_SEED,
     noise: NoiseParams = NoiseParams(),
     first_devices: int | None = None,
+    s1_out_of_range: str = "relabel",
 ) -> Federation:
     """The federation of scenario ``name`` under the authors' construction.
 
@@ -203,7 +206,12 @@ def build_authors_scenario(
     ``first_devices`` keeps only the first devices of that federation, unchanged (the
     authors' FAACL ``--samplesize``: ``self.clients[:samplesize]``; thesis Table 3.7's
     MNIST runs train 20 devices a round); ``concepts`` then has that many entries.
+    ``s1_out_of_range`` (S1 only): ``"relabel"`` gives an out-of-range train sample a
+    label from all K classes (their code); ``"exclusive"`` drops it, so a device holds
+    only its own range, as the thesis text describes S1.
     """
+    if s1_out_of_range not in S1_OUT_OF_RANGE:
+        raise ValueError(f"s1_out_of_range must be one of {S1_OUT_OF_RANGE}, got {s1_out_of_range!r}")
     k = dataset.n_classes
     n_users = default_users(dataset.name) if users is None else int(users)
     per_device = n_users // authors_devices(name, n_users)
@@ -232,7 +240,10 @@ def build_authors_scenario(
         if name == "S1":
             in_range = np.flatnonzero(halves[c])
             out = ~np.isin(y, in_range)
-            y[out] = rng.integers(0, k, size=int(out.sum()))
+            if s1_out_of_range == "exclusive":
+                x, y = x[~out], y[~out]
+            else:
+                y[out] = rng.integers(0, k, size=int(out.sum()))
             keep = np.isin(y_test, in_range)
             x_test, y_test = x_test[keep], y_test[keep]
         elif name == "S2" and c:
@@ -253,6 +264,7 @@ def build_authors_scenario(
         "data_seed": data_seed,
         "timestep": timestep,
         "first_devices": first_devices,
+        **({"s1_out_of_range": s1_out_of_range} if name == "S1" and s1_out_of_range != "relabel" else {}),
         "samples_per_device": [d.n_train + len(d.y_val) for d in devices],
         "test_samples_per_device": [len(d.y_test) for d in devices],
         "val_fraction": "25% + 1",
