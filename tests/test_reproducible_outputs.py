@@ -152,3 +152,15 @@ def test_safetensors_metadata_is_written_in_sorted_order(tmp_path, reversed_meta
     assert list(header["__metadata__"]) == sorted(keys) and n % 8 == 0
     loaded = load_file(str(tmp_path / "0.safetensors"))
     assert all(torch.equal(loaded[k], v) for k, v in tensors.items())
+
+
+def test_tensors_sharing_storage_are_written_as_copies(tmp_path):
+    """A state may hold one tensor under two names (FlexCFL's FeSEM: a centre is a
+    participant's local model); the file keeps both values, written apart."""
+    w = torch.arange(6.0).reshape(2, 3)
+    tensors = {"centre": w, "local": w, "row": w[1], "other": torch.ones(2)}
+    save_tensors(tensors, tmp_path / "m.safetensors")
+    loaded = load_file(str(tmp_path / "m.safetensors"))
+    assert loaded.keys() == tensors.keys()
+    assert all(torch.equal(loaded[k], v) for k, v in tensors.items())
+    assert loaded["centre"].data_ptr() != loaded["local"].data_ptr()

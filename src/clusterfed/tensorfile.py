@@ -19,8 +19,12 @@ from clusterfed.atomic_write import write_atomically
 
 
 def save_tensors(tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
-    """Write ``tensors`` to ``path`` (safetensors format, metadata keys in sorted order)."""
-    blob = save({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, metadata=metadata)
+    """Write ``tensors`` to ``path`` (safetensors format, metadata keys in sorted order).
+
+    Entries that share storage (a state holding one tensor under two names) are written
+    as separate copies, which safetensors otherwise refuses; a file holds values, not
+    aliasing."""
+    blob = save(_unshared({k: v.detach().cpu().contiguous() for k, v in tensors.items()}), metadata=metadata)
     (n,) = struct.unpack("<Q", blob[:8])
     header = json.loads(blob[8 : 8 + n])
     if "__metadata__" in header:
@@ -35,3 +39,14 @@ def save_tensors(tensors: dict[str, torch.Tensor], path: str | Path, metadata: d
             f.write(blob[8 + n :])
 
     write_atomically(path, write)
+
+
+def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``tensors`` with every entry whose storage an earlier entry uses replaced by a copy."""
+    seen: set[int] = set()
+    out = {}
+    for k, v in tensors.items():
+        ptr = v.untyped_storage().data_ptr()
+        out[k] = v.clone() if ptr in seen and v.numel() else v
+        seen.add(ptr)
+    return out

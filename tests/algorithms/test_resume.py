@@ -81,6 +81,13 @@ def test_fedsoft_resumes_the_state_of_each_reading(settings, digits, tmp_path, m
     _interrupt_and_resume("fedsoft", settings, digits, tmp_path, monkeypatch)
 
 
+def test_fesem_as_flexcfl_runs_it_resumes(digits, tmp_path, monkeypatch):
+    """FlexCFL's FeSEM holds one participant's local model as a centre and as what that
+    participant holds: the state shares tensors, and its snapshot must still save."""
+    flexcfl = {"centres": "random", "assignment": "previous", "m_step": "first", "serve": "received"}
+    _interrupt_and_resume("fesem", flexcfl, digits, tmp_path, monkeypatch)
+
+
 def _interrupt_and_resume(name: str, settings: dict, digits, tmp_path, monkeypatch) -> None:
     engine, fed = _engine(digits)
     kw = {"seed": 3, "ground_truth": fed.groups, "oracle_pools": fed.oracle_pools}
