@@ -74,10 +74,34 @@ def test_an_interrupted_fit_resumes_to_the_same_result(name, digits, tmp_path, m
     _interrupt_and_resume(name, {}, digits, tmp_path, monkeypatch)
 
 
-@pytest.mark.parametrize("settings", [{"serve": "validation"}, {"serve": "local", "start": "own"}, {"K": 2}])
+# What a choice needs beside it to be valid (the constructor refuses it alone).
+NEEDS = {("fesem", "assignment"): {"centres": "random"}, ("flhc", "metric"): {"linkage": "single"}}
+
+
+def _readings() -> list[tuple[str, dict]]:
+    """Every non-default value of every method's choice parameter, one at a time."""
+    out = []
+    for name in sorted(registry.methods("coldstart", builtin_only=True)):
+        for p in registry.get("coldstart", name).declared():
+            for value in p.choices or ():
+                if value != p.default:
+                    out.append((name, {**NEEDS.get((name, p.name), {}), p.name: value}))
+    return out
+
+
+@pytest.mark.parametrize(("name", "settings"), _readings(), ids=lambda x: x if isinstance(x, str) else
+                         "-".join(f"{k}={v}" for k, v in x.items()))
+def test_each_reading_resumes_to_the_same_result(name, settings, digits, tmp_path, monkeypatch):
+    """The state a non-default reading adds (FAACL's accumulated support sets, FedSoft's
+    best-validated clusters, FeSEM's held models...) survives a snapshot: a run that
+    crashes hours in resumes instead of failing or diverging."""
+    _interrupt_and_resume(name, settings, digits, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("settings", [{"serve": "local", "start": "own"}, {"K": 2}])
 def test_fedsoft_resumes_the_state_of_each_reading(settings, digits, tmp_path, monkeypatch):
-    """The state fields the non-default readings add (best-validated clusters, local
-    models, the clusters' draws) survive a snapshot."""
+    """The state fields FedSoft's combined readings add (local models trained from each
+    device's own, the clusters' draws) survive a snapshot."""
     _interrupt_and_resume("fedsoft", settings, digits, tmp_path, monkeypatch)
 
 
