@@ -1,8 +1,10 @@
 """What λ2 costs APD's and FedWeIT's past tasks: drift of the shared base and forgetting.
 
-Both methods freeze a finished task's mask m_i and task-adaptive A_i (the authors'
-code keeps them, with the task's biases, per task), so task i's kernel changes later
-only through the shared base: Δθ_i = σ(m_i) ⊙ ΔB (``clusterfed/continual/decomposed.py``).
+By default both methods freeze a finished task's mask m_i and task-adaptive A_i (the
+authors' code keeps them, with the task's biases, per task), so task i's kernel changes
+later only through the shared base: Δθ_i = σ(m_i) ⊙ ΔB (``clusterfed/continual/decomposed.py``).
+Under ``past_tasks: retroactive`` A_i trains too (Δθ_i = σ(m_i) ⊙ ΔB + ΔA_i) and the
+final checkpoint's ``past`` holds it.
 The retroactive term λ2/2 Σ_{i<t} ‖Δθ_i‖² holds that drift down. The thesis' tables
 score only the current timestep, so they cannot see what a smaller λ2 costs; this
 measures it from the per-timestep checkpoints a ``thesis_continual_mnist.py`` run
@@ -57,8 +59,16 @@ def parts_at(checkpoints: Path, t: int):
 
 
 def drift(parts) -> float:
-    """Mean over devices of the past tasks' relative drift during the task ``parts`` ended."""
+    """Mean over devices of the past tasks' relative drift during the task ``parts`` ended:
+    sqrt(Σ_i ‖θ_i − θ_i*‖²) / sqrt(Σ_i ‖θ_i*‖²), θ_i = B ⊙ σ(m_i) + A_i (knowledge part aside)."""
     moved, size = 0.0, 0.0
+    if parts.past:  # retroactive: past A_i trained too
+        for name, target in parts.past_target.items():
+            mask = parts.past_mask[name].view(*parts.past_mask[name].shape, *[1] * (target.dim() - 3))
+            now = parts.base[name][:, None] * mask + parts.past[name]
+            moved = moved + (now - target).square().flatten(1).sum(1)
+            size = size + target.square().flatten(1).sum(1)
+        return float((moved / size).sqrt().mean())
     for name, retro in parts.retro.items():
         base, anchor = parts.base[name], parts.anchor[name]
         weight = retro.view(*retro.shape, *[1] * (base.dim() - retro.dim()))
@@ -113,8 +123,10 @@ def main() -> None:
                                      "are --set and --construction the run's?")
                 if t > 0:
                     drifts.append(drift(parts))
-                if t < T:
-                    later = engine.accuracy(replace(parts, base=final.base).compose(prune=args.prune), devices)
+                if t < T:  # task t's parts on the final base; retroactive runs: with A_t as the end left it
+                    adaptive = {k: v[:, t] for k, v in final.past.items()} if final.past else parts.adaptive
+                    later = engine.accuracy(replace(parts, base=final.base, adaptive=adaptive).compose(prune=args.prune),
+                                            devices)
                     lost.append(100 * float(np.mean(then - later)))
             accuracy = 100 * np.mean([np.mean(r["device_accuracy"]) for r in rows[1:]])
             per_task = ", ".join(f"{v:.2f}" for v in lost)

@@ -88,15 +88,29 @@ def a2(digits):
     return Engine(fed, hidden=32, training=TrainingConfig(lr=LR, l2=L2, batch_size=BATCH), device="cpu")
 
 
-def _decomposed(engine, n, seed=0, head="shared"):
-    """Task 1 of a decomposition with a non-trivial knowledge base, drift weights and anchor."""
+def _decomposed(engine, n, seed=0, head="shared", retroactive=False):
+    """A decomposition with a non-trivial knowledge base, drift weights and anchor: task 1,
+    or with retroactive past tasks task 2, so two past A_i train and B has moved off
+    task 0's targets."""
     g = torch.Generator().manual_seed(seed)
     parts = Decomposed.start(engine.init_params(n, g, distinct=True), knowledge=n, head=head)
-    parts = parts.with_variables({k: v + 0.3 * torch.randn(v.shape, generator=g) for k, v in parts.variables().items()})
-    return parts.new_task(parts.pruned_adaptive(1e-3))
+    for _ in range(2 if retroactive else 1):
+        parts = parts.with_variables({k: v + 0.3 * torch.randn(v.shape, generator=g) for k, v in parts.variables().items()})
+        parts = parts.new_task(parts.pruned_adaptive(1e-3), retroactive=retroactive)
+    if retroactive:  # B and the past A_i away from their targets
+        parts = parts.with_variables({k: v + 0.1 * torch.randn(v.shape, generator=g) if k.split("/")[0] in ("base", "past")
+                                      else v for k, v in parts.variables().items()})
+    return parts
 
 
-@pytest.mark.parametrize("method", ["fedweit", "apd", "ssgd", "fedweit_per_task_head"])
+def _variant(method):
+    """``fedweit_per_task_head`` → ("fedweit", head, retroactive)."""
+    head = "per_task" if "_per_task_head" in method else "shared"
+    return method.split("_")[0], head, method.endswith("_retroactive")
+
+
+@pytest.mark.parametrize("method", ["fedweit", "apd", "ssgd", "fedweit_per_task_head", "fedweit_retroactive",
+                                    "apd_retroactive"])
 def test_batched_composed_round_equals_per_device_reference(a2, method, monkeypatch):
     devices = torch.arange(4)
     data = a2.data.train
@@ -107,8 +121,8 @@ def test_batched_composed_round_equals_per_device_reference(a2, method, monkeypa
         objective, make = Proximal(0.3, center), lambda p: Proximal(0.3, _rows(center, p))
         dropout = 0.5
     else:
-        parts = _decomposed(a2, 4, head="per_task" if method.endswith("per_task_head") else "shared")
-        method = method.removesuffix("_per_task_head")
+        method, head, retroactive = _variant(method)
+        parts = _decomposed(a2, 4, head=head, retroactive=retroactive)
         knowledge = parts.knowledge if method == "fedweit" else {}
         variables = parts.variables() if method == "fedweit" else {
             k: v for k, v in parts.variables().items() if not k.startswith("attention/")
@@ -119,10 +133,11 @@ def test_batched_composed_round_equals_per_device_reference(a2, method, monkeypa
         def make(p):
             return AdditiveComposition(
                 knowledge, _rows(parts.anchor, p), _rows(parts.retro, p), 0.01, 5.0, mu,
-                None if center is None else _rows(center, p),
+                None if center is None else _rows(center, p), _rows(parts.past_mask, p), _rows(parts.past_target, p),
             )
 
-        objective = AdditiveComposition(knowledge, parts.anchor, parts.retro, 0.01, 5.0, mu, center)
+        objective = AdditiveComposition(knowledge, parts.anchor, parts.retro, 0.01, 5.0, mu, center,
+                                        parts.past_mask, parts.past_target)
         dropout = 0.0
     kw = dict(epochs=1, generator=torch.Generator().manual_seed(7), dropout=dropout)
     batched = composed_sgd(a2.model, variables, objective, data, devices, lr=LR, l2=L2, batch_size=BATCH, **kw)
@@ -142,7 +157,8 @@ def test_batched_composed_round_equals_per_device_reference(a2, method, monkeypa
         assert via_engine.params[k].shape == variables[k].shape and bool(torch.isfinite(via_engine.params[k]).all())
 
 
-@pytest.mark.parametrize("method", ["fedweit", "apd", "ssgd", "apd_per_task_head"])
+@pytest.mark.parametrize("method", ["fedweit", "apd", "ssgd", "apd_per_task_head", "fedweit_retroactive",
+                                    "apd_retroactive"])
 def test_closed_form_gradients_are_the_chain_rule_through_compose_and_penalty(a2, method):
     """What the engine steps along (``gradients``) is autograd of ⟨compose(φ), G⟩ + penalty(φ)."""
     g = torch.Generator().manual_seed(5)
@@ -150,12 +166,13 @@ def test_closed_form_gradients_are_the_chain_rule_through_compose_and_penalty(a2
         variables = a2.init_params(3, g, distinct=True)
         objective = Proximal(0.3, {k: v + 0.1 * torch.randn(v.shape, generator=g) for k, v in variables.items()})
     else:
-        parts = _decomposed(a2, 3, seed=1, head="per_task" if method.endswith("per_task_head") else "shared")
-        method = method.removesuffix("_per_task_head")
+        method, head, retroactive = _variant(method)
+        parts = _decomposed(a2, 3, seed=1, head=head, retroactive=retroactive)
         variables = parts.variables()
         center = {k: v + 0.05 for k, v in parts.base.items()}
         objective = AdditiveComposition(parts.knowledge if method == "fedweit" else {}, parts.anchor, parts.retro,
-                                        0.01, 5.0, 0.2 if method == "apd" else 0.0, center)
+                                        0.01, 5.0, 0.2 if method == "apd" else 0.0, center,
+                                        parts.past_mask, parts.past_target)
     shapes = {k: v.shape for k, v in objective.compose(variables).items()}
     theta_grad = {k: torch.randn(shape, generator=g) for k, shape in shapes.items()}
     leaves = {k: v.clone().requires_grad_(True) for k, v in variables.items()}
@@ -246,6 +263,41 @@ def test_apd_drift_term_is_the_reconstruction_error_of_past_task_weights():
     # and the new task starts from the current base: A = B / 3, σ(m) = ½
     torch.testing.assert_close(parts.adaptive["l.weight"], anchor / 3)
     torch.testing.assert_close(parts.compose()["l.weight"], anchor * (0.5 + 1 / 3))
+
+
+def test_retroactive_past_tasks_absorb_the_base_s_drift_and_keep_their_kernels():
+    """``past_tasks="retroactive"`` (FedWeIT Eq. 2, APD Eq. 3 as printed): each finished
+    task's A_i and σ(m_i) are kept per device, its target is its kernel when the new task
+    begins, and the drift term ½ λ2 Σ_i ‖B ⊙ σ(m_i) + A_i − θ_i*‖² trains A_i: one step of
+    rate 1 / λ2 on A_i alone puts every past kernel back exactly where B's move took it from."""
+    g = torch.Generator().manual_seed(2)
+    theta0 = {"l.weight": torch.randn(2, 3, 4, generator=g), "l.bias": torch.zeros(2, 3)}
+    parts = Decomposed.start(theta0, knowledge=0)
+    tasks = []
+    for _ in range(2):
+        parts = parts.with_variables({**parts.variables(), "mask/l.weight": torch.randn(2, 3, generator=g),
+                                      "adaptive/l.weight": torch.randn(2, 3, 4, generator=g),
+                                      "base/l.weight": torch.randn(2, 3, 4, generator=g)})
+        tasks.append((torch.sigmoid(parts.mask["l.weight"]), parts.adaptive["l.weight"].clone()))
+        parts = parts.new_task(retroactive=True)
+    base = parts.base["l.weight"]
+    assert parts.past["l.weight"].shape == (2, 2, 3, 4) and not bool(parts.retro["l.weight"].any())  # nothing frozen
+    for i, (s, a) in enumerate(tasks):
+        torch.testing.assert_close(parts.past_mask["l.weight"][:, i], s)
+        torch.testing.assert_close(parts.past["l.weight"][:, i], a)
+        torch.testing.assert_close(parts.past_target["l.weight"][:, i], base * s[:, :, None] + a)  # θ_i* now
+    lam2 = 4.0
+    objective = AdditiveComposition({}, parts.anchor, parts.retro, 0.0, lam2,
+                                    past_mask=parts.past_mask, past_target=parts.past_target)
+    moved = {**parts.variables(), "base/l.weight": base + torch.randn(2, 3, 4, generator=g)}
+    grads = objective.gradients(moved, {"l.weight": torch.zeros(2, 3, 4), "l.bias": torch.zeros(2, 3)})
+    stepped = moved["past/l.weight"] - grads["past/l.weight"] / lam2
+    kernels = moved["base/l.weight"][:, None] * parts.past_mask["l.weight"][..., None] + stepped
+    torch.testing.assert_close(kernels, parts.past_target["l.weight"])
+    # the next task's targets are the past kernels as they are then, updated A_i included
+    parts = parts.with_variables({**moved, "past/l.weight": stepped}).new_task(retroactive=True)
+    assert parts.past["l.weight"].shape == (2, 3, 3, 4)
+    torch.testing.assert_close(parts.past_target["l.weight"][:, :2], kernels)
 
 
 def test_a_per_task_head_is_the_devices_own_and_restarts_at_each_task():

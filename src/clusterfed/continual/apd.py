@@ -11,8 +11,9 @@ every device minimises, on its data (all devices at once: ``Engine.local_compose
 
     L(θ_c^(t)) + λ1 ‖τ_c^(t)‖₁ + λ2 Σ_{i<t} ‖σ ⊙ M_c^(i) + τ_c^(i) − θ_c^(i)*‖² + μ/2 ‖σ − σ_global‖²
 
-(APD Eq. 3, past tasks' masks and τ frozen as in the authors' code, plus FedProx's
-proximal term); the server averages the uploaded σ weighted by |Z_c^train| (FedAvg),
+(APD Eq. 3, plus FedProx's proximal term; past tasks' masks are fixed, and their τ
+frozen as in the authors' code, or trained as Eq. 3 writes it, with λ1 ‖τ_i‖₁:
+``past_tasks``, ``decomposed.py``); the server averages the uploaded σ weighted by |Z_c^train| (FedAvg),
 and every device starts the next round from it. Masks, τ and biases stay on the
 device, so each device is served by its own composed model (one singleton cluster
 per device). APD's hierarchical knowledge consolidation (k-means over τ every few
@@ -30,7 +31,9 @@ from dataclasses import replace
 import numpy as np
 
 from clusterfed.algorithms.protocol import Context
-from clusterfed.continual.decomposed import HEAD, OPTIMISER, AdditiveComposition, Decomposed, kept_rows, optimiser, per_device
+from clusterfed.continual.decomposed import (
+    HEAD, OPTIMISER, PAST_TASKS, AdditiveComposition, Decomposed, kept_rows, optimiser, per_device,
+)
 from clusterfed.continual.memory import Memory
 from clusterfed.continual.protocol import ContinualMethod
 from clusterfed.continual.state import ContinualState
@@ -48,13 +51,14 @@ class FedProxAPD(ContinualMethod):
         Param("mu", 0.01, "weight of FedProx's proximal term on the shared σ", symbol="μ", ge=0.0),
         Param("lambda1", 1e-3, "L1 weight on the task-adaptive τ, also its pruning threshold", symbol="λ1", ge=0.0),
         Param("lambda2", 10.0, "weight of the retroactive term keeping past tasks' weights", symbol="λ2", ge=0.0),
-    ) + OPTIMISER + HEAD
+    ) + OPTIMISER + HEAD + PAST_TASKS
     mu: float
     lambda1: float
     lambda2: float
     optimizer: str
     adam_lr: float
     head: str
+    past_tasks: str
 
     def initial_state(self, engine: Engine, ctx: Context) -> ContinualState:
         n = engine.n_devices
@@ -64,7 +68,7 @@ class FedProxAPD(ContinualMethod):
     def arrive(self, state: ContinualState, engine: Engine, t: int, ctx: Context) -> ContinualState:
         """A timestep is a new task for every device."""
         parts = Decomposed.from_extras(state.extras)
-        return state if t == 0 else self._state(parts.new_task(), state.memory)
+        return state if t == 0 else self._state(parts.new_task(retroactive=self.past_tasks == "retroactive"), state.memory)
 
     def train(self, state: ContinualState, engine: Engine, t: int, ctx: Context) -> ContinualState:
         parts = Decomposed.from_extras(state.extras)
@@ -72,7 +76,8 @@ class FedProxAPD(ContinualMethod):
         to_global = np.zeros(engine.n_devices, dtype=np.int64)
         for _ in range(self.rounds):
             shared = parts.base  # σ_global, the same row for every device
-            objective = AdditiveComposition({}, parts.anchor, parts.retro, self.lambda1, self.lambda2, self.mu, shared)
+            objective = AdditiveComposition({}, parts.anchor, parts.retro, self.lambda1, self.lambda2, self.mu, shared,
+                                            past_mask=parts.past_mask, past_target=parts.past_target)
             before = parts.variables()
             uploads = engine.local_composed(before, objective, devices, ctx.generator, **optimiser(self, engine))
             parts = parts.with_variables(kept_rows(uploads, before)[0])

@@ -18,13 +18,21 @@ softmax head, outside the decomposition and never sent (``modules/nets.py``
 ``add_head``; RESULTS §12, session 27). As in
 the authors' code (github wyjeong/FedWeIT, jaehong31/APD): the mask is one logit per
 output unit, squashed by σ; A starts at B / 3 when a task begins; the served model
-prunes A to |A| > λ1; past tasks' A and masks are frozen (the authors' code trains
-only the current task's variables: ``retroactive=False``; FedWeIT's Eq. 2 also lists
-ΔA^(i), a retroactive update of past A that would absorb B's change, RESULTS §12,
-session 26), so the retroactive term
-λ2/2 Σ_{i<t} ‖B ⊙ σ(m_i) + A_i − θ_i*‖² (θ_i* the task-i kernel when task t began)
-is ½ λ2 Σ_i σ(m_i)² (B − B*)² with B* the base when task t began: only Σ_i σ(m_i)²
-(``retro``) and B* (``anchor``) need keeping. Differences from the authors' code:
+prunes A to |A| > λ1. The retroactive term is λ2/2 Σ_{i<t} ‖B ⊙ σ(m_i) + A_i − θ_i*‖²
+(θ_i* the task-i kernel when task t began), read two ways (``PAST_TASKS``):
+
+- ``frozen`` (the default, the authors' code: ``retroactive=False``, only the current
+  task's variables train): past masks and A_i are constants, so the term is
+  ½ λ2 Σ_i σ(m_i)² (B − B*)² with B* the base when task t began, and only Σ_i σ(m_i)²
+  (``retro``) and B* (``anchor``) need keeping: a quadratic pull of B.
+- ``retroactive`` (FedWeIT's Eq. 2 and APD's Eq. 3 as written: they minimise over
+  ΔA^(i) / τ_i, i < t, too): every past A_i trains beside B on the same term plus its
+  λ1 ‖A_i‖₁, so A_i absorbs B's change and B meets at most a slope λ1 σ(m_i) per past
+  task (benchmarks/RESULTS.md §12, session 26). Past masks stay fixed (APD's Eq. 3
+  lists only the current mask). Keeps per device and past task A_i (``past``), σ(m_i)
+  (``past_mask``) and θ_i* without its knowledge-base part (``past_target``).
+
+Differences from the authors' code:
 mask logits and α start at 0 (they draw them at random), and θ's optimiser is the
 engine's SGD (they use Adam).
 """
@@ -72,8 +80,15 @@ def optimiser(method, engine) -> dict:
     return {"adam": True, "training": replace(engine.training, lr=method.adam_lr)}
 
 
+#: How the retroactive term treats past tasks' task-adaptive parameters (module docstring).
+PAST_TASKS = (
+    Param("past_tasks", "frozen",
+          "past tasks' A in the retroactive term: frozen (the authors' code) or retroactive (trained: the paper's Eq.)",
+          kind=str, choices=("frozen", "retroactive")),
+)
+
 #: The trained parts (``variables``) and the bookkeeping kept beside them.
-TRAINED = ("base", "mask", "adaptive", "attention", "own")
+TRAINED = ("base", "mask", "adaptive", "attention", "own", "past")
 
 
 def _units(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -94,6 +109,9 @@ class Decomposed:
     attention: StackedParams  # empty without a knowledge base (APD)
     knowledge: StackedParams  # empty without a knowledge base (APD)
     head_start: StackedParams = field(default_factory=dict)  # each task's initial head; empty if shared
+    past: StackedParams = field(default_factory=dict)  # [n, P, *shape] past tasks' A (retroactive only)
+    past_mask: StackedParams = field(default_factory=dict)  # [n, P, out] their σ(m_i)
+    past_target: StackedParams = field(default_factory=dict)  # [n, P, *shape] θ_i* − Σα K, when this task began
 
     @classmethod
     def start(cls, theta: StackedParams, *, knowledge: int, head: str = "shared") -> "Decomposed":
@@ -133,14 +151,27 @@ class Decomposed:
         """Every device's model; ``prune`` zeroes |A| ≤ prune (the served model)."""
         return compose(self.variables(), self.knowledge, prune=prune)
 
-    def new_task(self, knowledge: StackedParams | None = None) -> "Decomposed":
-        """A new task begins: the finished task's mask joins the drift weights, the
-        anchor is the current base, A restarts at B / 3, m and α at 0, a per-task head at
-        its initial value; ``knowledge`` replaces the knowledge base."""
+    def new_task(self, knowledge: StackedParams | None = None, *, retroactive: bool = False) -> "Decomposed":
+        """A new task begins: the finished task joins the past tasks (``frozen``: its
+        σ(m)² joins the drift weights; ``retroactive``: its A and σ(m) join ``past``, and
+        every past task's target becomes its kernel now), the anchor is the current
+        base, A restarts at B / 3, m and α at 0, a per-task head at its initial value;
+        ``knowledge`` replaces the knowledge base."""
+        past = {}
+        if retroactive:
+            finished = {k: (torch.sigmoid(self.mask[k]), self.adaptive[k]) for k in self.adaptive}
+            past_mask = {k: torch.cat([self.past_mask[k], s[:, None]], 1) if self.past else s[:, None]
+                         for k, (s, _) in finished.items()}
+            past_a = {k: torch.cat([self.past[k], a[:, None]], 1) if self.past else a[:, None].clone()
+                      for k, (_, a) in finished.items()}
+            past = dict(past=past_a, past_mask=past_mask,
+                        past_target={k: torch.addcmul(a, self.base[k][:, None], _units(past_mask[k], a))
+                                     for k, a in past_a.items()})
         return replace(
             self,
+            **past,
             own={k: self.head_start.get(k, v).clone() for k, v in self.own.items()},
-            retro={k: v + torch.sigmoid(self.mask[k]).square() for k, v in self.retro.items()},
+            retro=self.retro if retroactive else {k: v + torch.sigmoid(self.mask[k]).square() for k, v in self.retro.items()},
             anchor={k: v.clone() for k, v in self.base.items()},
             mask={k: torch.zeros_like(v) for k, v in self.mask.items()},
             adaptive={k: v / 3.0 for k, v in self.base.items()},
@@ -182,8 +213,10 @@ def compose(variables: StackedParams, knowledge: StackedParams, *, prune: float 
 @dataclass(frozen=True)
 class AdditiveComposition:
     """The local objective's extra terms on the decomposed variables (engine Composition):
-    λ1 Σ|A| (sparsity), ½ λ2 Σ retro ⊙ (B − B*)² (drift of past tasks' weights) and,
-    for FedProx-APD, FedProx's ½ μ ‖B − B_global‖²."""
+    λ1 Σ|A| (sparsity), the drift of past tasks' weights — ½ λ2 Σ retro ⊙ (B − B*)² for
+    frozen past tasks, ½ λ2 Σ_i ‖B ⊙ s_i + A_i − r_i‖² + λ1 Σ_i ‖A_i‖₁ over the trained
+    past A_i (``past/*`` variables, s_i = ``past_mask``, r_i = ``past_target``) for
+    retroactive ones — and, for FedProx-APD, FedProx's ½ μ ‖B − B_global‖²."""
 
     knowledge: StackedParams
     anchor: StackedParams
@@ -192,6 +225,8 @@ class AdditiveComposition:
     lambda2: float
     mu: float = 0.0
     center: StackedParams | None = None
+    past_mask: StackedParams = field(default_factory=dict)
+    past_target: StackedParams = field(default_factory=dict)
 
     def compose(self, variables: StackedParams) -> StackedParams:
         return compose(variables, self.knowledge)
@@ -206,11 +241,22 @@ class AdditiveComposition:
             if self.mu and self.center is not None:
                 pull = pull + self.mu * (b - self.center[k])
             total = total + quadratic(b, pull)
+            if k in self.past_target:
+                past = variables[f"past/{k}"]
+                error = self._past_error(b, past, k)
+                total = total + 0.5 * self.lambda2 * error.square().flatten(1).sum(1)
+                total = total + self.lambda1 * past.abs().flatten(1).sum(1)
         return total
 
+    def _past_error(self, b: torch.Tensor, past: torch.Tensor, k: str) -> torch.Tensor:
+        """``[n, P, *shape]`` B ⊙ s_i + A_i − r_i: how far each past task's kernel has moved."""
+        return torch.addcmul(past - self.past_target[k], b[:, None], _units(self.past_mask[k], past))
+
     def gradients(self, variables: StackedParams, theta_grad: StackedParams) -> StackedParams:
-        """With G = ∇_θ and s = σ(m): ∇_B = G ⊙ s + (λ2 retro + μ) ⊙ B − (λ2 retro ⊙ B* + μ c),
-        ∇_m = Σ_in G ⊙ B · s(1 − s), ∇_A = G + λ1 sign(A), ∇_α = ⟨G, K_j⟩, ∇_own = G."""
+        """With G = ∇_θ and s = σ(m): ∇_B = G ⊙ s + (λ2 retro + μ) ⊙ B − (λ2 retro ⊙ B* + μ c)
+        (+ λ2 Σ_i s_i ⊙ e_i with e_i = B ⊙ s_i + A_i − r_i, retroactive past tasks),
+        ∇_m = Σ_in G ⊙ B · s(1 − s), ∇_A = G + λ1 sign(A), ∇_α = ⟨G, K_j⟩, ∇_own = G,
+        ∇_{A_i} = λ2 e_i + λ1 sign(A_i)."""
         out = {}
         for name, v in variables.items():
             part, k = name.split("/", 1)
@@ -226,13 +272,19 @@ class AdditiveComposition:
                 else:
                     out[name] = g * _units(s, v)
                 out[f"adaptive/{k}"] = torch.add(g, torch.sign(a), alpha=self.lambda1) if self.lambda1 else g
+                if k in self.past_target:
+                    past = variables[f"past/{k}"]
+                    error = self._past_error(v, past, k).mul_(self.lambda2)
+                    out[name] += (error * _units(self.past_mask[k], past)).sum(1)
+                    out[f"past/{k}"] = error.add_(torch.sign(past), alpha=self.lambda1) if self.lambda1 else error
                 if k in self.knowledge:
                     out[f"attention/{k}"] = g.flatten(1) @ self.knowledge[k].flatten(1).T
         return out
 
     def take(self, rows: slice | torch.Tensor) -> "AdditiveComposition":
         return replace(self, anchor=rows_of(self.anchor, rows), retro=rows_of(self.retro, rows),
-                       center=None if self.center is None else rows_of(self.center, rows))
+                       center=None if self.center is None else rows_of(self.center, rows),
+                       past_mask=rows_of(self.past_mask, rows), past_target=rows_of(self.past_target, rows))
 
     @property
     def shared_floats(self) -> int:

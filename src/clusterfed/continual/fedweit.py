@@ -9,8 +9,9 @@ every client's previous task-adaptive parameters:
     θ_c^(t) = B_c ⊙ σ(m_c^(t)) + A_c^(t) + Σ_j α_{c,j}^(t) A_j^(t−1)
 
 and minimises, each round (Eq. 2),
-    L(θ_c^(t)) + λ1 ‖A_c^(t)‖₁ + λ2 Σ_{i<t} ‖ΔB_c ⊙ σ(m_c^(i))‖²
-on its data (all devices at once on the engine: ``Engine.local_composed``). The server
+    L(θ_c^(t)) + λ1 Σ_{i≤t} ‖A_c^(i)‖₁ + λ2 Σ_{i<t} ‖ΔB_c ⊙ σ(m_c^(i)) + ΔA_c^(i)‖²
+with past A_c^(i) frozen (``past_tasks="frozen"``, the authors' code: ΔA^(i) = 0) or
+trained (``"retroactive"``, the equation as printed; ``decomposed.py``) on its data (all devices at once on the engine: ``Engine.local_composed``). The server
 averages, unit by unit, the bases the clients send sparsely — B_c ⊙ 1[|m_c| above
 the client's ρ-quantile] — over the clients that sent each unit, and every client
 takes the average on those units (§3.3; the authors' ``sparse_comm``). When a task
@@ -36,7 +37,7 @@ import torch
 
 from clusterfed.algorithms.protocol import Context
 from clusterfed.continual.decomposed import (
-    HEAD, OPTIMISER, AdditiveComposition, Decomposed, _units, kept_rows, optimiser, per_device,
+    HEAD, OPTIMISER, PAST_TASKS, AdditiveComposition, Decomposed, _units, kept_rows, optimiser, per_device,
 )
 from clusterfed.continual.memory import Memory
 from clusterfed.continual.protocol import ContinualMethod
@@ -80,13 +81,14 @@ class FedWeIT(ContinualMethod):
               symbol="λ2", ge=0.0),
         Param("sparsity", 0.3, "share of base units, smallest |mask| first, a client withholds from each upload",
               symbol="ρ", ge=0.0, lt=1.0),
-    ) + OPTIMISER + HEAD
+    ) + OPTIMISER + HEAD + PAST_TASKS
     lambda1: float
     lambda2: float
     sparsity: float
     optimizer: str
     adam_lr: float
     head: str
+    past_tasks: str
 
     def initial_state(self, engine: Engine, ctx: Context) -> ContinualState:
         n = engine.n_devices
@@ -99,12 +101,14 @@ class FedWeIT(ContinualMethod):
         if t == 0:
             return state
         parts = Decomposed.from_extras(state.extras)
-        return self._state(parts.new_task(parts.pruned_adaptive(self.lambda1)), state.memory)
+        retroactive = self.past_tasks == "retroactive"
+        return self._state(parts.new_task(parts.pruned_adaptive(self.lambda1), retroactive=retroactive), state.memory)
 
     def train(self, state: ContinualState, engine: Engine, t: int, ctx: Context) -> ContinualState:
         parts = Decomposed.from_extras(state.extras)
         devices = np.arange(engine.n_devices)
-        objective = AdditiveComposition(parts.knowledge, parts.anchor, parts.retro, self.lambda1, self.lambda2)
+        objective = AdditiveComposition(parts.knowledge, parts.anchor, parts.retro, self.lambda1, self.lambda2,
+                                        past_mask=parts.past_mask, past_target=parts.past_target)
         for _ in range(self.rounds):
             before = parts.variables()
             uploads, accepted = kept_rows(
