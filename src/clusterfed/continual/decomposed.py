@@ -159,14 +159,14 @@ class Decomposed:
         ``knowledge`` replaces the knowledge base."""
         past = {}
         if retroactive:
-            finished = {k: (torch.sigmoid(self.mask[k]), self.adaptive[k]) for k in self.adaptive}
-            past_mask = {k: torch.cat([self.past_mask[k], s[:, None]], 1) if self.past else s[:, None]
-                         for k, (s, _) in finished.items()}
-            past_a = {k: torch.cat([self.past[k], a[:, None]], 1) if self.past else a[:, None].clone()
-                      for k, (_, a) in finished.items()}
-            past = dict(past=past_a, past_mask=past_mask,
-                        past_target={k: torch.addcmul(a, self.base[k][:, None], _units(past_mask[k], a))
-                                     for k, a in past_a.items()})
+            def append(kept: StackedParams, k: str, x: torch.Tensor) -> torch.Tensor:  # [n, P + 1, ...]
+                return torch.cat([kept[k], x[:, None]], 1) if kept else x[:, None].clone()
+
+            masks = {k: append(self.past_mask, k, torch.sigmoid(m)) for k, m in self.mask.items()}
+            adaptive = {k: append(self.past, k, a) for k, a in self.adaptive.items()}
+            past = dict(past=adaptive, past_mask=masks,
+                        past_target={k: torch.addcmul(a, self.base[k][:, None], _units(masks[k], a))
+                                     for k, a in adaptive.items()})
         return replace(
             self,
             **past,
