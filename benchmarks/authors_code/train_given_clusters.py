@@ -47,7 +47,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=300)
     ap.add_argument("--local-epochs", type=int, default=10)
     ap.add_argument("--seed", type=int, default=None, help="training seed (default: the run's seed)")
-    ap.add_argument("--data-seed", type=int, default=0)
+    ap.add_argument("--data-seed", type=int, default=None,
+                    help="the draw the clusters were found on, as given to export_fedprox_json.py "
+                         "(their JSON does not record it; default: the construction's own draw)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -59,12 +61,14 @@ def main() -> None:
     from clusterfed.data import load_dataset
     from clusterfed.engine import Engine, TrainingConfig
     from clusterfed.scenarios import build_authors_scenario
+    from clusterfed.scenarios.authors import DATA_SEED
 
     torch.set_num_threads(args.threads)
     given = json.loads(Path(args.clusters).read_text())
     seed = given["seed"] if args.seed is None else args.seed
+    data_seed = DATA_SEED if args.data_seed is None else args.data_seed
     fed = build_authors_scenario(load_dataset("mnist", args.root), given["scenario"], seed=seed,
-                                 data_seed=args.data_seed)
+                                 data_seed=data_seed)
     groups = given_groups(given["clusters"], len(fed.devices))
 
     class GivenClusters(FedAvg):
@@ -88,6 +92,7 @@ def main() -> None:
         "clusters_from": args.clusters,
         "scenario": given["scenario"],
         "seed": seed,
+        "data_seed": data_seed,
         "rounds": args.rounds,
         "local_epochs": args.local_epochs,
         "n_clusters": len(groups),
