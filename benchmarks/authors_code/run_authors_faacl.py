@@ -48,6 +48,19 @@ SCENARIO_OF_GROUP = {2: "S2", 3: "S1", 6: "A1", 8: "A2"}
 L2 = 0.001  # their MLP's kernel_regularizer (flearn/model/mnist/mlp.py)
 
 
+def legacy_tensorflow(threads: int):
+    """TensorFlow with Keras 2 (their TF 2.6's ``tf.keras``) on ``threads`` threads; NumPy's ``np.float``."""
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import numpy as np
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    np.float = float  # removed in NumPy 1.24; their Cluster.train and FlexCFL's weighted_aggregate use it
+    return tf
+
+
 def skimage015_random_noise(image, mode="gaussian", seed=None, clip=True, **kwargs):
     """scikit-image 0.15's ``util.random_noise`` for the two modes their A1 uses."""
     import numpy as np
@@ -142,14 +155,7 @@ def main() -> None:
     ap.add_argument("--out", required=True, type=Path, help="prefix of the .log and .json written")
     args = ap.parse_args()
 
-    os.environ["TF_USE_LEGACY_KERAS"] = "1"
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import numpy as np
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    np.float = float  # removed in NumPy 1.24; their Cluster.train uses it
+    tf = legacy_tensorflow(args.threads)
 
     checkout = args.checkout.resolve()
     sys.path.insert(0, str(checkout))

@@ -51,7 +51,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_authors_faacl import SCENARIO_OF_GROUP, Tee, skimage015_random_noise  # noqa: E402
+from run_authors_faacl import SCENARIO_OF_GROUP, Tee, legacy_tensorflow, skimage015_random_noise  # noqa: E402
 
 # FlexCFL's group trainers (GroupBase). Its fedavg.py reads data and writes results on its own
 # and tests only the round's sampled clients, so it is not run here.
@@ -70,9 +70,6 @@ class Recorder:
         _, test_acc, _ = test_summary["Total"]
         groups = {k: {"test_acc": v[0], "test_samples": v[2]} for k, v in test_summary.items() if k != "Total"}
         Recorder.rows.append({"round": round, "test_acc": test_acc, "groups": groups})
-
-    def write(self, *args, **kwargs):
-        return None
 
 
 L2 = 0.001  # their MLP's kernel_regularizer (flearn/model/mnist/mlp.py)
@@ -189,14 +186,8 @@ def main() -> None:
     ap.add_argument("--out", required=True, type=Path, help="prefix of the .log and .json written")
     args = ap.parse_args()
 
-    os.environ["TF_USE_LEGACY_KERAS"] = "1"
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tf = legacy_tensorflow(args.threads)
     import numpy as np
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    np.float = float  # removed in NumPy 1.24; FlexCFL's weighted_aggregate uses it
 
     checkout, flexcfl = args.checkout.resolve(), args.flexcfl.resolve()
     if not (flexcfl / "flearn" / "trainer" / f"{args.trainer}.py").is_file():
